@@ -1,0 +1,141 @@
+"""Replay a compat scenario (``events.jsonl`` + ``queries.jsonl``) through a real view.
+
+Follows the compat README's replay model: ``live`` scenarios mark every assigned partition ready
+before the first record; ``bootstrap`` ones mark a partition ready once the record with the highest
+offset of its metadata partition has been processed (at once when that partition has no record).
+Events between two query points are applied as one batch.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlmm.records.canonical import to_canonical
+from rlmm.records.model import TopicIdPartition
+from rlmm.records.uuid import uuid_from_str, uuid_to_str
+from rlmm.state.errors import KafkaStateError
+from rlmm.state.queries import Queries
+from rlmm.state.view import View
+
+
+@dataclass(frozen=True)
+class Scenario:
+    mode: str
+    assigned: list[tuple[TopicIdPartition, int]]  # (user partition, its metadata partition)
+    events: list[dict]
+    queries: list[dict]
+
+    @classmethod
+    def load(cls, directory: Path) -> Scenario:
+        meta = json.loads((directory / "scenario.json").read_text())
+        if meta["mode"] not in ("live", "bootstrap"):
+            raise ValueError(f"{directory}: unknown scenario mode {meta['mode']!r}")
+        assigned = [(_tp(a), a["metadata_partition"]) for a in meta["assigned"]]
+        return cls(meta["mode"], assigned, _jsonl(directory / "events.jsonl"), _jsonl(directory / "queries.jsonl"))
+
+
+def _jsonl(path: Path) -> list[dict]:
+    with path.open() as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def _tp(args: dict) -> TopicIdPartition:
+    return TopicIdPartition(uuid_from_str(args["topic_id"]), args["topic"], args["partition"])
+
+
+def replay(directory: Path, view_dir: Path | None = None, max_batch: int | None = None) -> Iterator[dict]:
+    """Yield one ``{"event": i, "apply_result": ...}`` per event, then one ``{"query": j, "answer": ...}``
+    per query (each evaluated at its ``after_event``). ``max_batch`` caps the events per atomic batch."""
+    scenario = Scenario.load(directory)
+    with tempfile.TemporaryDirectory(prefix="rlmm-replay-") as tmp, View(view_dir or Path(tmp) / "view") as view:
+        yield from _run(scenario, view, max_batch)
+
+
+def _run(scenario: Scenario, view: View, max_batch: int | None) -> Iterator[dict]:
+    end_offsets: dict[int, int] = {}
+    for event in scenario.events:
+        mp = event["metadata_partition"]
+        end_offsets[mp] = max(end_offsets.get(mp, -1), event["offset"])
+    pending: list[tuple[TopicIdPartition, int]] = []
+    with view.batch() as batch:
+        for tp, mp in scenario.assigned:
+            batch.assign(tp)
+        for tp, mp in scenario.assigned:
+            if scenario.mode == "live" or mp not in end_offsets:
+                batch.mark_ready(tp)
+            else:
+                pending.append((tp, mp))
+
+    queries_after: dict[int, list[int]] = {}
+    for j, query in enumerate(scenario.queries):
+        queries_after.setdefault(query["after_event"], []).append(j)
+    answers: list[Any] = [None] * len(scenario.queries)
+    for j in queries_after.get(-1, []):
+        answers[j] = answer(view.queries, scenario.queries[j])
+
+    stops = sorted({i for i in queries_after if i >= 0} | {len(scenario.events) - 1}
+                   | set(range(max_batch - 1, len(scenario.events), max_batch) if max_batch else ()))
+    start = 0
+    for stop in stops:
+        if stop < start:
+            continue
+        with view.batch() as batch:
+            for i in range(start, stop + 1):
+                event = scenario.events[i]
+                result = batch.apply(event["metadata_partition"], event["offset"], bytes.fromhex(event["hex"])).to_json()
+                caught_up = [(tp, mp) for tp, mp in pending
+                             if mp == event["metadata_partition"] and event["offset"] >= end_offsets[mp]]
+                if caught_up:
+                    result["became_ready"] = [_became_ready(batch.mark_ready(tp), tp) for tp, _ in caught_up]
+                    pending = [entry for entry in pending if entry not in caught_up]
+                yield {"event": i, "apply_result": result}
+        for j in queries_after.get(stop, []):
+            answers[j] = answer(view.queries, scenario.queries[j])
+        start = stop + 1
+    for j, value in enumerate(answers):
+        yield {"query": j, "answer": value}
+
+
+def _became_ready(error: str | None, tp: TopicIdPartition) -> dict:
+    entry = {"topic_id": uuid_to_str(tp.topic_id), "topic": tp.topic, "partition": tp.partition}
+    if error is not None:
+        entry["error"] = error
+    return entry
+
+
+def answer(queries: Queries, query: dict) -> Any:
+    """Evaluate one compat query; the answer is in the ``expect`` form."""
+    op, args = query["op"], query["args"]
+    tp = _tp(args)
+    epoch = args.get("leader_epoch")
+    try:
+        if op == "remoteLogSegmentMetadata":
+            return _canonical_or_none(queries.remote_log_segment_metadata(tp, epoch, args["offset"]))
+        if op == "highestOffsetForEpoch":
+            return queries.highest_offset_for_epoch(tp, epoch)
+        if op == "listRemoteLogSegments":
+            if epoch is None:
+                segments = sorted(queries.list_remote_log_segments(tp), key=lambda s: (s.start_offset, uuid_to_str(s.segment_id)))
+            else:
+                segments = queries.list_epoch_segments(tp, epoch)
+            return [uuid_to_str(s.segment_id) for s in segments]
+        if op == "remoteLogSize":
+            return queries.remote_log_size(tp, epoch)
+        if op == "nextSegmentWithTxnIndex":
+            return _canonical_or_none(queries.next_segment_with_txn_index(tp, epoch, args["offset"]))
+        if op == "maxTimestamp":
+            return _canonical_or_none(queries.max_timestamp(tp))
+        if op == "isReady":
+            return queries.is_ready(tp)
+    except KafkaStateError as exc:
+        return {"error": exc.kafka_name}
+    raise ValueError(f"unknown query op {op!r}")
+
+
+def _canonical_or_none(segment) -> dict | None:
+    return None if segment is None else to_canonical(segment)

@@ -1,0 +1,380 @@
+"""Kafka's topic-based RLMM semantics as transitions over an ordered key-value store.
+
+One ``StateMachine`` call handles one consumed record the way Kafka 4.3's ``ConsumerTask`` routes it
+and ``RemotePartitionMetadataStore`` / ``RemoteLogMetadataCache`` / ``RemoteLogLeaderEpochState``
+apply it, quirks included:
+
+* an epoch's offset index maps the epoch's start offset in each COPY_SEGMENT_FINISHED segment to
+  the segment; a finished segment evicts later-or-equal entries to the unreferenced set only while
+  the epoch's highest offset is not above the new segment's epoch end, otherwise it silently
+  overwrites an entry with the same start offset;
+* the highest offset of an epoch never goes down;
+* an update of an unknown segment and an invalid transition are dropped without error;
+* an add of a segment whose metadata was deleted brings it back; ids left in an epoch whose metadata
+  is gone make that epoch's listing fail.
+
+Besides Kafka's own structures the machine keeps the derived indexes the queries seek in: per
+epoch aggregates (size, members, members without metadata), the txn-index and chain-break indexes
+for ``nextSegmentWithTxnIndex``, and the max-timestamp index. Every check happens before the first
+write, so a refused record changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rlmm.records.model import (
+    PartitionDelete,
+    PartitionDeleteState,
+    RemoteLogMetadata,
+    SegmentMetadata,
+    SegmentSnapshot,
+    SegmentState,
+    SegmentUpdate,
+    TopicIdPartition,
+)
+from rlmm.records.serde import decode_value, encode_value
+from rlmm.state import keys as K
+from rlmm.state.kv import ReadKV, WriteKV, scan
+from rlmm.state.results import (
+    APPLIED,
+    IGNORED_INVALID_TRANSITION,
+    IGNORED_UNKNOWN_SEGMENT,
+    SKIPPED_ALREADY_PROCESSED,
+    SKIPPED_NOT_ASSIGNED,
+    ApplyResult,
+    handle_error,
+)
+from rlmm.state.rows import EpochRow, PartitionRow, RefEntry
+
+_S = SegmentState
+# RemoteLogSegmentState.isValidTransition: source state (None = unknown segment) -> allowed targets
+VALID_TRANSITIONS: dict[SegmentState | None, frozenset[SegmentState]] = {
+    None: frozenset({_S.COPY_SEGMENT_STARTED}),
+    _S.COPY_SEGMENT_STARTED: frozenset({_S.COPY_SEGMENT_STARTED, _S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED}),
+    _S.COPY_SEGMENT_FINISHED: frozenset({_S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED}),
+    _S.DELETE_SEGMENT_STARTED: frozenset({_S.DELETE_SEGMENT_STARTED, _S.DELETE_SEGMENT_FINISHED}),
+    _S.DELETE_SEGMENT_FINISHED: frozenset({_S.DELETE_SEGMENT_FINISHED}),
+}
+
+REFERENCED = 1  # membership flag: the id is in the epoch's offset index
+UNREFERENCED = 2  # membership flag: the id is in the epoch's unreferenced set
+
+MARK_READY_ERROR = "NullPointerException"  # Kafka's markInitialized on a partition without a cache
+
+
+def epoch_end(segment: SegmentMetadata, epoch: int) -> int:
+    """Last offset of ``epoch`` inside the segment: next epoch's start - 1, or the segment's end."""
+    epochs = segment.segment_leader_epochs
+    for i, (e, _) in enumerate(epochs):
+        if e == epoch:
+            return epochs[i + 1][1] - 1 if i + 1 < len(epochs) else segment.end_offset
+    raise KeyError(epoch)
+
+
+class StateMachine:
+    """Applies records to a ``WriteKV`` (normally a ``StagedKV`` committed once per batch)."""
+
+    def __init__(self, kv: WriteKV) -> None:
+        self.kv = kv
+        self._epochs: dict[bytes, EpochRow] = {}  # epoch rows touched by the record being applied
+
+    # ---- partition registry -------------------------------------------------------------------
+
+    def partition(self, tp: TopicIdPartition) -> PartitionRow | None:
+        raw = self.kv.get(K.PARTITIONS, K.tp_identity(tp))
+        return None if raw is None else PartitionRow.unpack(raw)
+
+    def _save_partition(self, tp: TopicIdPartition, row: PartitionRow) -> None:
+        self.kv.put(K.PARTITIONS, K.tp_identity(tp), row.pack())
+
+    def _new_partition(self, tp: TopicIdPartition) -> PartitionRow:
+        raw = self.kv.get(K.META, K.NEXT_TPID_KEY)
+        tpid_int = 0 if raw is None else K.read_u32(raw)
+        tpid = K.u32(tpid_int)
+        self.kv.put(K.META, K.NEXT_TPID_KEY, K.u32(tpid_int + 1))
+        self.kv.put(K.TP_BY_ID, tpid, K.tp_identity(tp))
+        return PartitionRow(tpid)
+
+    def assign(self, tp: TopicIdPartition) -> PartitionRow:
+        """Kafka's maybeLoadPartition: an assigned partition without a cache gets a new, empty one."""
+        row = self.partition(tp) or self._new_partition(tp)
+        if not row.assigned or row.removed:
+            row.assigned, row.ready, row.removed = True, False, False
+            self._save_partition(tp, row)
+        return row
+
+    def unassign(self, tp: TopicIdPartition) -> None:
+        """Kafka's clearTopicPartition: forget the partition's metadata and its consumed position."""
+        row = self.partition(tp)
+        if row is None:
+            return
+        self._drop_partition_data(row)
+        row.assigned, row.ready, row.removed, row.last_applied_offset = False, False, False, None
+        row.delete_record = b""
+        self._save_partition(tp, row)
+
+    def mark_ready(self, tp: TopicIdPartition) -> str | None:
+        """Kafka's markInitialized; returns the Kafka exception name when Kafka's call would throw."""
+        row = self.partition(tp)
+        if row is None or not row.assigned or row.removed:
+            return MARK_READY_ERROR
+        if not row.ready:
+            row.ready = True
+            self._save_partition(tp, row)
+        return None
+
+    def record_consumed(self, metadata_partition: int, offset: int) -> None:
+        self.kv.put(K.METADATA_OFFSETS, K.u32(metadata_partition), K.offset_bytes(offset))
+
+    # ---- routing (ConsumerTask) ----------------------------------------------------------------
+
+    def handle(self, record: RemoteLogMetadata, offset: int) -> ApplyResult:
+        if isinstance(record, SegmentSnapshot):
+            # RemoteLogSegmentMetadataSnapshot.topicIdPartition() throws: the record cannot be routed
+            return ApplyResult("error", stage="route", error="UnsupportedOperationException")
+        tp = record.tp
+        row = self.partition(tp)
+        if row is None or not row.assigned:
+            return SKIPPED_NOT_ASSIGNED
+        if row.last_applied_offset is not None and offset <= row.last_applied_offset:
+            return SKIPPED_ALREADY_PROCESSED
+        result = self._store(row, record)
+        if result.status == "error":
+            self._epochs.clear()
+        else:
+            row.last_applied_offset = offset
+            self._flush_epochs()
+            self._save_partition(tp, row)
+        return result
+
+    def _store(self, row: PartitionRow, record: RemoteLogMetadata) -> ApplyResult:
+        if row.removed:
+            return handle_error("IllegalStateException")
+        if isinstance(record, SegmentMetadata):
+            return self._add(row, record)
+        if isinstance(record, SegmentUpdate):
+            return self._update(row, record)
+        return self._partition_delete(row, record)
+
+    # ---- RemoteLogMetadataCache ----------------------------------------------------------------
+
+    def _add(self, row: PartitionRow, segment: SegmentMetadata) -> ApplyResult:
+        if segment.state is not _S.COPY_SEGMENT_STARTED:
+            return handle_error("IllegalArgumentException")
+        existing = load_segment(self.kv, row.tpid, segment.segment_id)
+        if _S.COPY_SEGMENT_STARTED not in VALID_TRANSITIONS[existing.state if existing else None]:
+            return IGNORED_INVALID_TRANSITION
+        self._put_segment(row, existing, segment)
+        for epoch, _ in segment.segment_leader_epochs:
+            self._unreferenced_add(row.tpid, epoch, segment.segment_id, segment.segment_size_in_bytes)
+        return APPLIED
+
+    def _update(self, row: PartitionRow, update: SegmentUpdate) -> ApplyResult:
+        existing = load_segment(self.kv, row.tpid, update.segment_id)
+        if existing is None:
+            return IGNORED_UNKNOWN_SEGMENT
+        target = update.state
+        if target not in VALID_TRANSITIONS[existing.state]:
+            return IGNORED_INVALID_TRANSITION
+        if target is _S.COPY_SEGMENT_STARTED:
+            return handle_error("IllegalArgumentException")
+        updated = replace(existing, broker_id=update.broker_id, event_timestamp_ms=update.event_timestamp_ms,
+                          custom_metadata=update.custom_metadata, state=target)
+        tpid, segment_id, size = row.tpid, updated.segment_id, updated.segment_size_in_bytes
+        for epoch, start in updated.segment_leader_epochs:
+            if target is _S.COPY_SEGMENT_FINISHED:
+                self._copy_finished(tpid, epoch, start, updated)
+            elif target is _S.DELETE_SEGMENT_STARTED:
+                raw = self.kv.get(K.OFFSETS, K.offset_key(tpid, epoch, start))
+                current = None if raw is None else RefEntry.unpack(raw)
+                if current is not None and current.segment_id == segment_id:
+                    self._referenced_remove(tpid, epoch, start, current)
+                self._unreferenced_add(tpid, epoch, segment_id, size)
+            else:
+                self._unreferenced_remove(tpid, epoch, segment_id, size)
+        self._put_segment(row, existing, None if target is _S.DELETE_SEGMENT_FINISHED else updated)
+        return APPLIED
+
+    def _copy_finished(self, tpid: bytes, epoch: int, start: int, segment: SegmentMetadata) -> None:
+        """RemoteLogLeaderEpochState.handleSegmentWithCopySegmentFinishedState."""
+        er = self._epoch(tpid, epoch)
+        end = epoch_end(segment, epoch)
+        while er.last_key is not None and er.last_key >= start and er.highest_offset is not None \
+                and er.highest_offset <= end:
+            evicted = self._ref(tpid, epoch, er.last_key)
+            self._referenced_remove(tpid, epoch, er.last_key, evicted)
+            self._unreferenced_add(tpid, epoch, evicted.segment_id, evicted.size)
+        entry = RefEntry(segment.segment_id, end, segment.end_offset, segment.txn_index_empty,
+                         segment.segment_size_in_bytes)
+        self._referenced_put(tpid, epoch, start, entry)
+        self._unreferenced_remove(tpid, epoch, segment.segment_id, segment.segment_size_in_bytes)
+        if er.highest_offset is None or end > er.highest_offset:
+            er.highest_offset = end
+
+    # ---- RemotePartitionMetadataStore ----------------------------------------------------------
+
+    def _partition_delete(self, row: PartitionRow, record: PartitionDelete) -> ApplyResult:
+        if record.state is PartitionDeleteState.DELETE_PARTITION_FINISHED:
+            self._drop_partition_data(row)
+            row.removed, row.ready, row.delete_record = True, False, b""
+        else:
+            row.delete_record = encode_value(record)
+        return APPLIED
+
+    def _drop_partition_data(self, row: PartitionRow) -> None:
+        for cf in K.PER_PARTITION:
+            self.kv.delete_prefix(cf, row.tpid)
+        row.total_size = row.segment_count = 0
+        self._epochs.clear()
+
+    # ---- segments ------------------------------------------------------------------------------
+
+    def _put_segment(self, row: PartitionRow, old: SegmentMetadata | None, new: SegmentMetadata | None) -> None:
+        """Replace a segment's metadata (None = absent) and keep every aggregate that depends on it."""
+        tpid = row.tpid
+        segment_id = (old or new).segment_id
+        if new is None:
+            self.kv.delete(K.SEGMENTS, tpid + segment_id)
+        else:
+            self.kv.put(K.SEGMENTS, tpid + segment_id, encode_value(new))
+        old_size = None if old is None else old.segment_size_in_bytes
+        new_size = None if new is None else new.segment_size_in_bytes
+        row.total_size += (new_size or 0) - (old_size or 0)
+        row.segment_count += (new is not None) - (old is not None)
+        old_ts_key = _max_timestamp_key(tpid, old)
+        new_ts_key = _max_timestamp_key(tpid, new)
+        if old_ts_key != new_ts_key:
+            if old_ts_key is not None:
+                self.kv.delete(K.MAX_TIMESTAMP, old_ts_key)
+            if new_ts_key is not None:
+                self.kv.put(K.MAX_TIMESTAMP, new_ts_key, b"")
+        if old_size != new_size:
+            for key, flags in scan(self.kv, K.MEMBERSHIP, tpid + segment_id):
+                er = self._epoch(tpid, K.read_epoch(key, 20))
+                count = _flag_count(flags[0])
+                _add_contribution(er, old_size, -count)
+                _add_contribution(er, new_size, count)
+
+    # ---- epoch state ---------------------------------------------------------------------------
+
+    def _epoch(self, tpid: bytes, epoch: int) -> EpochRow:
+        key = K.epoch_prefix(tpid, epoch)
+        er = self._epochs.get(key)
+        if er is None:
+            raw = self.kv.get(K.EPOCHS, key)
+            er = self._epochs[key] = EpochRow() if raw is None else EpochRow.unpack(raw)
+        return er
+
+    def _flush_epochs(self) -> None:
+        for key, er in self._epochs.items():
+            self.kv.put(K.EPOCHS, key, er.pack())
+        self._epochs.clear()
+
+    def _membership(self, tpid: bytes, epoch: int, segment_id: bytes, flag: int, on: bool, size: int | None) -> None:
+        key = tpid + segment_id + K.epoch_bytes(epoch)
+        raw = self.kv.get(K.MEMBERSHIP, key)
+        flags = 0 if raw is None else raw[0]
+        new_flags = flags | flag if on else flags & ~flag
+        if new_flags == flags:
+            return
+        if new_flags:
+            self.kv.put(K.MEMBERSHIP, key, bytes((new_flags,)))
+        else:
+            self.kv.delete(K.MEMBERSHIP, key)
+        _add_contribution(self._epoch(tpid, epoch), size, 1 if on else -1)
+
+    def _unreferenced_add(self, tpid: bytes, epoch: int, segment_id: bytes, size: int) -> None:
+        self.kv.put(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id, b"")
+        self._membership(tpid, epoch, segment_id, UNREFERENCED, True, size)
+
+    def _unreferenced_remove(self, tpid: bytes, epoch: int, segment_id: bytes, size: int) -> None:
+        self.kv.delete(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id)
+        self._membership(tpid, epoch, segment_id, UNREFERENCED, False, size)
+
+    def _referenced_put(self, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
+        er = self._epoch(tpid, epoch)
+        prefix = K.epoch_prefix(tpid, epoch)
+        key = K.offset_key(tpid, epoch, start)
+        raw = self.kv.get(K.OFFSETS, key)
+        if raw is not None:
+            overwritten = RefEntry.unpack(raw)
+            if overwritten.segment_id != entry.segment_id:
+                self._membership(tpid, epoch, overwritten.segment_id, REFERENCED, False, overwritten.size)
+        if er.last_key is None or start > er.last_key:
+            prev = None if er.last_key is None else (er.last_key, self._ref(tpid, epoch, er.last_key))
+            nxt = None
+            er.last_key = start
+        else:
+            prev = self._neighbour_below(prefix, key)
+            nxt = None if start == er.last_key else self._neighbour_above(prefix, key)
+        self.kv.put(K.OFFSETS, key, entry.pack())
+        if entry.txn_index_empty:
+            self.kv.delete(K.TXN, key)
+        else:
+            self.kv.put(K.TXN, key, b"")
+        self._set_break(key, entry, nxt)
+        if prev is not None:
+            self._set_break(K.offset_key(tpid, epoch, prev[0]), prev[1], (start, entry))
+        self._membership(tpid, epoch, entry.segment_id, REFERENCED, True, entry.size)
+
+    def _referenced_remove(self, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
+        er = self._epoch(tpid, epoch)
+        prefix = K.epoch_prefix(tpid, epoch)
+        key = K.offset_key(tpid, epoch, start)
+        prev = self._neighbour_below(prefix, key)
+        nxt = None if start == er.last_key else self._neighbour_above(prefix, key)
+        for cf in (K.OFFSETS, K.TXN, K.BREAKS):
+            self.kv.delete(cf, key)
+        if start == er.last_key:
+            er.last_key = None if prev is None else prev[0]
+        if prev is not None:
+            self._set_break(K.offset_key(tpid, epoch, prev[0]), prev[1], nxt)
+        self._membership(tpid, epoch, entry.segment_id, REFERENCED, False, entry.size)
+
+    def _ref(self, tpid: bytes, epoch: int, start: int) -> RefEntry:
+        return RefEntry.unpack(self.kv.get(K.OFFSETS, K.offset_key(tpid, epoch, start)))
+
+    def _neighbour_below(self, prefix: bytes, key: bytes) -> tuple[int, RefEntry] | None:
+        for k, v in self.kv.iter_down_from(K.OFFSETS, key, prefix):
+            if k != key:
+                return K.read_offset(k, 8), RefEntry.unpack(v)
+        return None
+
+    def _neighbour_above(self, prefix: bytes, key: bytes) -> tuple[int, RefEntry] | None:
+        for k, v in self.kv.iter_from(K.OFFSETS, key, prefix):
+            if k != key:
+                return K.read_offset(k, 8), RefEntry.unpack(v)
+        return None
+
+    def _set_break(self, key: bytes, entry: RefEntry, nxt: tuple[int, RefEntry] | None) -> None:
+        """Kafka's txn walk steps from ``entry`` to the entry at end+1; mark where that is not the next entry."""
+        contiguous = nxt is not None and nxt[0] == entry.end_offset + 1 and nxt[0] <= nxt[1].epoch_end
+        if contiguous:
+            self.kv.delete(K.BREAKS, key)
+        else:
+            self.kv.put(K.BREAKS, key, b"")
+
+
+def _flag_count(flags: int) -> int:
+    return (flags & REFERENCED) + ((flags & UNREFERENCED) >> 1)
+
+
+def _add_contribution(er: EpochRow, size: int | None, count: int) -> None:
+    """Add ``count`` members of the given size (None: members whose metadata is gone)."""
+    er.members += count
+    if size is None:
+        er.dangling += count
+    else:
+        er.size += count * size
+
+
+def _max_timestamp_key(tpid: bytes, segment: SegmentMetadata | None) -> bytes | None:
+    if segment is None or segment.state is not _S.COPY_SEGMENT_FINISHED:
+        return None
+    return K.max_timestamp_key(tpid, segment.max_timestamp_ms, segment.end_offset, segment.segment_id)
+
+
+def load_segment(kv: ReadKV, tpid: bytes, segment_id: bytes) -> SegmentMetadata | None:
+    raw = kv.get(K.SEGMENTS, tpid + segment_id)
+    return None if raw is None else decode_value(raw)

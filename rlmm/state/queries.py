@@ -1,0 +1,132 @@
+"""The RLMM read calls, each a point get or one seek plus a scan bounded by its answer.
+
+Errors follow Kafka's RemotePartitionMetadataStore: a partition without a cache (never assigned or
+removed by DELETE_PARTITION_FINISHED) raises RemoteResourceNotFound, one not yet initialized raises
+ReplicaNotAvailable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rlmm.records.model import SegmentMetadata, TopicIdPartition
+from rlmm.records.serde import decode_value
+from rlmm.records.uuid import uuid_to_str
+from rlmm.state import keys as K
+from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
+from rlmm.state.kv import ReadKV, ceiling, floor, last, scan
+from rlmm.state.machine import load_segment
+from rlmm.state.rows import EpochRow, PartitionRow, RefEntry
+
+
+class Queries:
+    def __init__(self, kv: ReadKV) -> None:
+        self.kv = kv
+
+    def partition_row(self, tp: TopicIdPartition) -> PartitionRow | None:
+        raw = self.kv.get(K.PARTITIONS, K.tp_identity(tp))
+        return None if raw is None else PartitionRow.unpack(raw)
+
+    def _ready_tpid(self, tp: TopicIdPartition) -> bytes:
+        row = self.partition_row(tp)
+        if row is None or not row.assigned or row.removed:
+            raise RemoteResourceNotFound(f"No resource found for partition: {_describe(tp)}")
+        if not row.ready:
+            raise ReplicaNotAvailable(f"Remote log metadata cache is not initialized for partition: {_describe(tp)}")
+        return row.tpid
+
+    def _epoch_row(self, tpid: bytes, epoch: int) -> EpochRow | None:
+        raw = self.kv.get(K.EPOCHS, K.epoch_prefix(tpid, epoch))
+        return None if raw is None else EpochRow.unpack(raw)
+
+    def _lookup(self, tpid: bytes, epoch: int, offset: int) -> tuple[bytes, RefEntry] | None:
+        """Kafka's remoteLogSegmentMetadata(epoch, offset) on the offset index: floor entry, if the
+        offset is within that segment's part of the epoch."""
+        item = floor(self.kv, K.OFFSETS, K.offset_key(tpid, epoch, offset), K.epoch_prefix(tpid, epoch))
+        if item is None:
+            return None
+        entry = RefEntry.unpack(item[1])
+        return None if offset > entry.epoch_end else (item[0], entry)
+
+    def is_ready(self, tp: TopicIdPartition) -> bool:
+        row = self.partition_row(tp)
+        return row is not None and row.assigned and row.ready and not row.removed
+
+    def remote_log_segment_metadata(self, tp: TopicIdPartition, epoch: int, offset: int) -> SegmentMetadata | None:
+        tpid = self._ready_tpid(tp)
+        found = self._lookup(tpid, epoch, offset)
+        return None if found is None else load_segment(self.kv, tpid, found[1].segment_id)
+
+    def highest_offset_for_epoch(self, tp: TopicIdPartition, epoch: int) -> int | None:
+        er = self._epoch_row(self._ready_tpid(tp), epoch)
+        return None if er is None else er.highest_offset
+
+    def list_remote_log_segments(self, tp: TopicIdPartition) -> Iterator[SegmentMetadata]:
+        """Every segment not yet DELETE_SEGMENT_FINISHED, in segment-id order (Kafka: hash order)."""
+        tpid = self._ready_tpid(tp)
+        for _, raw in scan(self.kv, K.SEGMENTS, tpid):
+            yield decode_value(raw)
+
+    def list_epoch_segments(self, tp: TopicIdPartition, epoch: int) -> list[SegmentMetadata]:
+        """Referenced and unreferenced segments of the epoch in Kafka's order: the offset index's
+        order, re-sorted by start offset (stable) when unreferenced ones exist."""
+        tpid = self._ready_tpid(tp)
+        er = self._epoch_row(tpid, epoch)
+        if er is None or er.members == 0:
+            return []
+        if er.dangling:
+            raise RemoteResourceNotFound(f"No remote log segment metadata found for a segment of epoch {epoch}"
+                                         f" of {_describe(tp)}")
+        prefix = K.epoch_prefix(tpid, epoch)
+        referenced = [RefEntry.unpack(raw).segment_id for _, raw in scan(self.kv, K.OFFSETS, prefix)]
+        unreferenced = [key[len(prefix):] for key, _ in scan(self.kv, K.UNREFERENCED, prefix)]
+        segments = [load_segment(self.kv, tpid, segment_id) for segment_id in referenced + unreferenced]
+        if unreferenced:
+            segments.sort(key=lambda s: s.start_offset)
+        return segments
+
+    def remote_log_size(self, tp: TopicIdPartition, epoch: int | None = None) -> int:
+        """Bytes of the partition's segments (all, or those tracked under one epoch, as Kafka sums them)."""
+        tpid = self._ready_tpid(tp)
+        if epoch is None:
+            return self.partition_row(tp).total_size
+        er = self._epoch_row(tpid, epoch)
+        if er is None:
+            return 0
+        if er.dangling:
+            raise RemoteResourceNotFound(f"No remote log segment metadata found for a segment of epoch {epoch}"
+                                         f" of {_describe(tp)}")
+        return er.size
+
+    def next_segment_with_txn_index(self, tp: TopicIdPartition, epoch: int, offset: int) -> SegmentMetadata | None:
+        """Kafka's walk from the segment holding ``offset`` along end+1 within the epoch to the first
+        segment with a non-empty txn index. Runs of contiguous entries are skipped with one seek in
+        the txn index and one in the chain-break index; only a break costs another step."""
+        tpid = self._ready_tpid(tp)
+        prefix = K.epoch_prefix(tpid, epoch)
+        found = self._lookup(tpid, epoch, offset)
+        while found is not None:
+            key, entry = found
+            if not entry.txn_index_empty:
+                return load_segment(self.kv, tpid, entry.segment_id)
+            with_txn = ceiling(self.kv, K.TXN, key, prefix)
+            chain_break = ceiling(self.kv, K.BREAKS, key, prefix)
+            if with_txn is not None and (chain_break is None or with_txn[0] <= chain_break[0]):
+                return load_segment(self.kv, tpid, RefEntry.unpack(self.kv.get(K.OFFSETS, with_txn[0])).segment_id)
+            if chain_break is None:
+                return None
+            broken = RefEntry.unpack(self.kv.get(K.OFFSETS, chain_break[0]))
+            if broken.end_offset >= K.MAX_OFFSET:
+                return None
+            found = self._lookup(tpid, epoch, broken.end_offset + 1)
+        return None
+
+    def max_timestamp(self, tp: TopicIdPartition) -> SegmentMetadata | None:
+        """The COPY_SEGMENT_FINISHED segment with the largest max timestamp (ties: larger end offset)."""
+        tpid = self._ready_tpid(tp)
+        item = last(self.kv, K.MAX_TIMESTAMP, tpid)
+        return None if item is None else load_segment(self.kv, tpid, item[0][-16:])
+
+
+def _describe(tp: TopicIdPartition) -> str:
+    return f"{uuid_to_str(tp.topic_id)}:{tp.topic}-{tp.partition}"

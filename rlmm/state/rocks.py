@@ -1,0 +1,94 @@
+"""RocksDB backend of the view (rocksdict, raw bytes, one column family per index)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from rocksdict import (
+    AccessType,
+    BlockBasedOptions,
+    Cache,
+    DBCompressionType,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
+
+from rlmm.state import keys as K
+from rlmm.state.kv import Item, StagedKV
+
+
+class RocksKV:
+    """Read side of the ``ReadKV`` protocol over an open database, plus atomic commits of a stage."""
+
+    def __init__(self, path: Path, *, cache_mb: int = 64, write_buffer_mb: int = 64, sync: bool = False,
+                 read_only: bool = False) -> None:
+        cache = Cache(cache_mb << 20)
+        table = BlockBasedOptions()
+        table.set_block_cache(cache)
+        table.set_bloom_filter(10, False)
+        cf_options = Options(raw_mode=True)
+        cf_options.set_block_based_table_factory(table)
+        cf_options.set_compression_type(DBCompressionType.lz4())
+        cf_options.set_write_buffer_size(min(16, write_buffer_mb) << 20)
+        cf_options.set_max_write_buffer_number(2)
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.create_missing_column_families(True)
+        options.set_db_write_buffer_size(write_buffer_mb << 20)
+        options.set_block_based_table_factory(table)
+        self.db = Rdict(str(path), options=options, column_families={cf: cf_options for cf in K.COLUMN_FAMILIES},
+                        access_type=AccessType.read_only() if read_only else AccessType.read_write())
+        self.cfs = {cf: self.db.get_column_family(cf) for cf in K.COLUMN_FAMILIES}
+        self.handles = {cf: self.db.get_column_family_handle(cf) for cf in K.COLUMN_FAMILIES}
+        self.write_options = WriteOptions()
+        self.write_options.sync = sync
+
+    def close(self) -> None:
+        for cf in self.cfs.values():
+            cf.close()
+        self.db.close()
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        return self.cfs[cf].get(key)
+
+    def iter_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
+        it = self.cfs[cf].iter()
+        it.seek(max(key, prefix))
+        while it.valid():
+            k = it.key()
+            if not k.startswith(prefix):
+                return
+            yield k, it.value()
+            it.next()
+
+    def iter_down_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
+        it = self.cfs[cf].iter()
+        it.seek_for_prev(key)
+        while it.valid():
+            k = it.key()
+            if not k.startswith(prefix):
+                if k < prefix:
+                    return
+                it.prev()  # ``key`` lies beyond the prefix's range: walk back into it
+                continue
+            yield k, it.value()
+            it.prev()
+
+    def commit(self, stage: StagedKV) -> None:
+        """Write everything staged as one atomic batch (range deletions first, they came first)."""
+        batch = WriteBatch(raw_mode=True)
+        for cf, prefixes in stage.deleted_prefixes.items():
+            for prefix in prefixes:
+                batch.delete_range(prefix, K.prefix_end(prefix), self.handles[cf])
+        for cf, table in stage.pending.items():
+            handle = self.handles[cf]
+            for key, value in table.items():
+                if value is None:
+                    batch.delete(key, handle)
+                else:
+                    batch.put(key, value, handle)
+        if not batch.is_empty():
+            self.db.write(batch, self.write_options)

@@ -1,0 +1,91 @@
+"""Fixed-layout values stored in the view's column families."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+_NONE = -(1 << 63)  # stands for "absent" in optional int64 fields (Kafka never stores Long.MIN_VALUE here)
+
+
+def _opt(value: int | None) -> int:
+    return _NONE if value is None else value
+
+
+def _unopt(value: int) -> int | None:
+    return None if value == _NONE else value
+
+
+@dataclass(slots=True)
+class PartitionRow:
+    """Per user partition: Kafka's cache existence/readiness, ConsumerTask's last applied offset,
+    the partition delete marker, and aggregates over the partition's segments."""
+
+    tpid: bytes
+    assigned: bool = False
+    ready: bool = False
+    removed: bool = False  # metadata dropped by DELETE_PARTITION_FINISHED
+    last_applied_offset: int | None = None
+    total_size: int = 0  # sum of segment_size_in_bytes over the partition's segments
+    segment_count: int = 0
+    delete_record: bytes = b""  # topic value of the latest RemotePartitionDeleteMetadata, if any
+
+    _LAYOUT = struct.Struct(">4sBqqq")
+
+    def pack(self) -> bytes:
+        flags = self.assigned | self.ready << 1 | self.removed << 2
+        return self._LAYOUT.pack(
+            self.tpid, flags, _opt(self.last_applied_offset), self.total_size, self.segment_count
+        ) + self.delete_record
+
+    @classmethod
+    def unpack(cls, data: bytes) -> PartitionRow:
+        tpid, flags, last, total, count = cls._LAYOUT.unpack_from(data)
+        return cls(tpid, bool(flags & 1), bool(flags & 2), bool(flags & 4), _unopt(last), total, count,
+                   data[cls._LAYOUT.size:])
+
+
+@dataclass(slots=True)
+class EpochRow:
+    """Per (partition, leader epoch): Kafka's RemoteLogLeaderEpochState summary.
+
+    ``size`` and ``dangling`` aggregate over the epoch's members (referenced and unreferenced segment
+    ids): the summed size of members whose metadata exists, and how many have none (Kafka then fails
+    the epoch's listing)."""
+
+    highest_offset: int | None = None
+    last_key: int | None = None  # greatest epoch start offset in the offset index
+    size: int = 0
+    members: int = 0
+    dangling: int = 0
+
+    _LAYOUT = struct.Struct(">qqqII")
+
+    def pack(self) -> bytes:
+        return self._LAYOUT.pack(_opt(self.highest_offset), _opt(self.last_key), self.size, self.members,
+                                 self.dangling)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> EpochRow:
+        highest, last, size, members, dangling = cls._LAYOUT.unpack(data)
+        return cls(_unopt(highest), _unopt(last), size, members, dangling)
+
+
+@dataclass(frozen=True, slots=True)
+class RefEntry:
+    """A referenced segment in an epoch's offset index, with what lookups and the txn chain need."""
+
+    segment_id: bytes
+    epoch_end: int  # last offset of this epoch inside the segment
+    end_offset: int
+    txn_index_empty: bool
+    size: int  # segment_size_in_bytes (fixed once a segment is referenced)
+
+    _LAYOUT = struct.Struct(">16sqq?i")
+
+    def pack(self) -> bytes:
+        return self._LAYOUT.pack(self.segment_id, self.epoch_end, self.end_offset, self.txn_index_empty, self.size)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> RefEntry:
+        return cls(*cls._LAYOUT.unpack(data))
