@@ -34,7 +34,8 @@ def workload(seed: int, partitions: int) -> Workload:
                                    retained_segments=10))
 
 
-def apply_stream(view_dir: Path, seed: int, events: int, partitions: int, max_batch: int) -> int:
+def apply_stream(view_dir: Path, seed: int, events: int, partitions: int, max_batch: int,
+                 announce: bool = False) -> int:
     """Apply the stream from where the view stands; returns how many events were applied now."""
     load = workload(seed, partitions)
     rng = random.Random(time.monotonic_ns())
@@ -43,9 +44,14 @@ def apply_stream(view_dir: Path, seed: int, events: int, partitions: int, max_ba
             for tp in load.user_partitions():
                 batch.assign(tp)
                 batch.mark_ready(tp)
-        done = view.metadata_offsets()
-        todo = [e for e in load.events(events) if e.offset > done.get(e.metadata_partition, -1)]
-        print(READY_LINE, flush=True)
+        position = view.metadata_offsets()
+        todo = []
+        for e in load.events(events):  # a consumer resumes after its stored offsets and never goes back
+            if e.offset > position.get(e.metadata_partition, -1):
+                position[e.metadata_partition] = e.offset
+                todo.append(e)
+        if announce:
+            print(READY_LINE, flush=True)
         i = 0
         while i < len(todo):
             size = rng.randint(1, max_batch)
@@ -127,7 +133,7 @@ def main() -> None:
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        apply_stream(args.child, args.seed, args.events, args.partitions, max_batch=200)
+        apply_stream(args.child, args.seed, args.events, args.partitions, max_batch=200, announce=True)
         return
     report = run_crash_loop(args.kills, args.events, args.partitions, args.seed, args.max_delay)
     if args.json:

@@ -39,6 +39,8 @@ _I32_FLIP = 1 << 31
 _I64_FLIP = 1 << 63
 MAX_OFFSET = (1 << 63) - 1
 _TP_IDENTITY = struct.Struct(">16si")
+_EPOCH_KEY = struct.Struct(">4sI")
+_OFFSET_KEY = struct.Struct(">4sIQ")
 
 SCHEMA_VERSION_KEY = b"schema_version"
 NEXT_TPID_KEY = b"next_tpid"
@@ -78,11 +80,11 @@ def read_epoch(data: bytes, pos: int) -> int:
 
 
 def epoch_prefix(tpid: bytes, epoch: int) -> bytes:
-    return tpid + epoch_bytes(epoch)
+    return _EPOCH_KEY.pack(tpid, epoch + _I32_FLIP)
 
 
 def offset_key(tpid: bytes, epoch: int, offset: int) -> bytes:
-    return tpid + epoch_bytes(epoch) + offset_bytes(offset)
+    return _OFFSET_KEY.pack(tpid, epoch + _I32_FLIP, offset + _I64_FLIP)
 
 
 def max_timestamp_key(tpid: bytes, max_timestamp_ms: int, end_offset: int, segment_id: bytes) -> bytes:

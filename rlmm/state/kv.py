@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedDict, SortedList
 
 from rlmm.state.keys import prefix_end
 
@@ -92,22 +92,19 @@ class MemoryKV:
             del table[k]
 
 
-_TOMBSTONE = None
-
 
 class StagedKV:
-    """Pending writes over a read-only base; reads see base + pending."""
+    """Pending writes over a read-only base; reads see base + pending.
+
+    Pending writes of a column family live in a dict; a sorted index of its keys is built only once
+    an ordered read of that column family happens, and is kept up to date from then on.
+    """
 
     def __init__(self, base: ReadKV) -> None:
         self.base = base
-        self.pending: dict[str, SortedDict] = {}  # key -> value, or None for a deletion
+        self.pending: dict[str, dict[bytes, bytes | None]] = {}  # None marks a deletion
         self.deleted_prefixes: dict[str, list[bytes]] = {}
-
-    def _pending(self, cf: str) -> SortedDict:
-        table = self.pending.get(cf)
-        if table is None:
-            table = self.pending[cf] = SortedDict()
-        return table
+        self._order: dict[str, SortedList] = {}
 
     def _hidden_in_base(self, cf: str, key: bytes) -> bool:
         prefixes = self.deleted_prefixes.get(cf)
@@ -121,53 +118,67 @@ class StagedKV:
             return None
         return self.base.get(cf, key)
 
+    def _sorted(self, cf: str) -> SortedList | None:
+        table = self.pending.get(cf)
+        if not table:
+            return None
+        order = self._order.get(cf)
+        if order is None:
+            order = self._order[cf] = SortedList(table)
+        return order
+
     def _base_visible(self, cf: str, items: Iterator[Item]) -> Iterator[Item]:
         table = self.pending.get(cf)
         for k, v in items:
             if (table is None or k not in table) and not self._hidden_in_base(cf, k):
                 yield k, v
 
-    def _pending_items(self, keys) -> Iterator[Item]:
-        return ((k, v) for k, v in keys if v is not _TOMBSTONE)
-
     def iter_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
-        table = self.pending.get(cf)
         base = self._base_visible(cf, self.base.iter_from(cf, key, prefix))
-        if not table:
+        order = self._sorted(cf)
+        if order is None:
             yield from base
             return
-        start = max(key, prefix)
-        staged = self._pending_items(
-            (k, table[k]) for k in table.irange(minimum=start, maximum=prefix_end(prefix), inclusive=(True, False))
-        )
-        yield from _merge(base, staged, descending=False)
+        table = self.pending[cf]
+        keys = order.irange(minimum=max(key, prefix), maximum=prefix_end(prefix), inclusive=(True, False))
+        yield from _merge(base, ((k, table[k]) for k in keys if table[k] is not None), descending=False)
 
     def iter_down_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
-        table = self.pending.get(cf)
         base = self._base_visible(cf, self.base.iter_down_from(cf, key, prefix))
-        if not table:
+        order = self._sorted(cf)
+        if order is None:
             yield from base
             return
-        staged = self._pending_items((k, table[k]) for k in _irange_down(table, key, prefix))
-        yield from _merge(base, staged, descending=True)
+        table = self.pending[cf]
+        keys = _irange_down(order, key, prefix)
+        yield from _merge(base, ((k, table[k]) for k in keys if table[k] is not None), descending=True)
+
+    def _set(self, cf: str, key: bytes, value: bytes | None) -> None:
+        table = self.pending.get(cf)
+        if table is None:
+            table = self.pending[cf] = {}
+        if key not in table:
+            order = self._order.get(cf)
+            if order is not None:
+                order.add(key)
+        table[key] = value
 
     def put(self, cf: str, key: bytes, value: bytes) -> None:
-        self._pending(cf)[key] = value
+        self._set(cf, key, value)
 
     def delete(self, cf: str, key: bytes) -> None:
-        self._pending(cf)[key] = _TOMBSTONE
+        self._set(cf, key, None)
 
     def delete_prefix(self, cf: str, prefix: bytes) -> None:
-        table = self._pending(cf)
-        for k in list(table.irange(minimum=prefix, maximum=prefix_end(prefix), inclusive=(True, False))):
-            del table[k]
+        table = self.pending.get(cf)
+        if table:
+            for k in [k for k in table if k.startswith(prefix)]:
+                del table[k]
+            self._order.pop(cf, None)
         self.deleted_prefixes.setdefault(cf, []).append(prefix)
 
-    def is_empty(self) -> bool:
-        return not any(self.pending.values()) and not any(self.deleted_prefixes.values())
 
-
-def _irange_down(table: SortedDict, key: bytes, prefix: bytes) -> Iterator[bytes]:
+def _irange_down(table: SortedDict | SortedList, key: bytes, prefix: bytes) -> Iterator[bytes]:
     end = prefix_end(prefix)
     if key < end:
         return table.irange(minimum=prefix, maximum=key, reverse=True)

@@ -73,20 +73,57 @@ def epoch_end(segment: SegmentMetadata, epoch: int) -> int:
 
 
 class StateMachine:
-    """Applies records to a ``WriteKV`` (normally a ``StagedKV`` committed once per batch)."""
+    """Applies records to a ``WriteKV`` (normally a ``StagedKV`` committed once per batch).
+
+    A unit of work: partition rows, epoch rows, segments and consumed offsets are read once, kept as
+    objects while the batch runs, and written back by ``flush`` (each once, however often it
+    changed). The indexes (offsets, unreferenced, membership, txn, breaks, max timestamp) are written
+    to the KV as they change.
+    """
 
     def __init__(self, kv: WriteKV) -> None:
         self.kv = kv
-        self._epochs: dict[bytes, EpochRow] = {}  # epoch rows touched by the record being applied
+        self._rows: dict[bytes, PartitionRow] = {}  # tp identity -> row
+        self._epochs: dict[bytes, EpochRow] = {}  # tpid|epoch -> row
+        self._segments: dict[bytes, SegmentMetadata | None] = {}  # tpid|segment id -> metadata (None: absent)
+        self._dirty_segments: set[bytes] = set()
+        self._consumed: dict[int, int] = {}  # metadata partition -> greatest offset consumed in this batch
+
+    def flush(self) -> None:
+        """Write the cached objects back to the KV."""
+        kv = self.kv
+        for identity, row in self._rows.items():
+            kv.put(K.PARTITIONS, identity, row.pack())
+        for key, er in self._epochs.items():
+            kv.put(K.EPOCHS, key, er.pack())
+        for key in self._dirty_segments:
+            segment = self._segments[key]
+            if segment is None:
+                kv.delete(K.SEGMENTS, key)
+            else:
+                kv.put(K.SEGMENTS, key, encode_value(segment))
+        for mp, offset in self._consumed.items():
+            key = K.u32(mp)
+            raw = kv.get(K.METADATA_OFFSETS, key)
+            if raw is None or K.read_offset(raw, 0) < offset:
+                kv.put(K.METADATA_OFFSETS, key, K.offset_bytes(offset))
+        self._rows.clear()
+        self._epochs.clear()
+        self._segments.clear()
+        self._dirty_segments.clear()
+        self._consumed.clear()
 
     # ---- partition registry -------------------------------------------------------------------
 
     def partition(self, tp: TopicIdPartition) -> PartitionRow | None:
-        raw = self.kv.get(K.PARTITIONS, K.tp_identity(tp))
-        return None if raw is None else PartitionRow.unpack(raw)
-
-    def _save_partition(self, tp: TopicIdPartition, row: PartitionRow) -> None:
-        self.kv.put(K.PARTITIONS, K.tp_identity(tp), row.pack())
+        identity = K.tp_identity(tp)
+        row = self._rows.get(identity)
+        if row is None:
+            raw = self.kv.get(K.PARTITIONS, identity)
+            if raw is None:
+                return None
+            row = self._rows[identity] = PartitionRow.unpack(raw)
+        return row
 
     def _new_partition(self, tp: TopicIdPartition) -> PartitionRow:
         raw = self.kv.get(K.META, K.NEXT_TPID_KEY)
@@ -94,14 +131,15 @@ class StateMachine:
         tpid = K.u32(tpid_int)
         self.kv.put(K.META, K.NEXT_TPID_KEY, K.u32(tpid_int + 1))
         self.kv.put(K.TP_BY_ID, tpid, K.tp_identity(tp))
-        return PartitionRow(tpid)
+        row = self._rows[K.tp_identity(tp)] = PartitionRow(tpid)
+        return row
 
     def assign(self, tp: TopicIdPartition) -> PartitionRow:
-        """Kafka's maybeLoadPartition: an assigned partition without a cache gets a new, empty one."""
+        """Kafka's maybeLoadPartition. Assigning a partition again keeps its state (a removed one stays
+        removed): the view already holds what the consumed records made of it."""
         row = self.partition(tp) or self._new_partition(tp)
-        if not row.assigned or row.removed:
+        if not row.assigned:
             row.assigned, row.ready, row.removed = True, False, False
-            self._save_partition(tp, row)
         return row
 
     def unassign(self, tp: TopicIdPartition) -> None:
@@ -112,20 +150,19 @@ class StateMachine:
         self._drop_partition_data(row)
         row.assigned, row.ready, row.removed, row.last_applied_offset = False, False, False, None
         row.delete_record = b""
-        self._save_partition(tp, row)
 
     def mark_ready(self, tp: TopicIdPartition) -> str | None:
         """Kafka's markInitialized; returns the Kafka exception name when Kafka's call would throw."""
         row = self.partition(tp)
         if row is None or not row.assigned or row.removed:
             return MARK_READY_ERROR
-        if not row.ready:
-            row.ready = True
-            self._save_partition(tp, row)
+        row.ready = True
         return None
 
     def record_consumed(self, metadata_partition: int, offset: int) -> None:
-        self.kv.put(K.METADATA_OFFSETS, K.u32(metadata_partition), K.offset_bytes(offset))
+        """Advance the metadata partition's consumed offset (a redelivered record never moves it back)."""
+        if offset > self._consumed.get(metadata_partition, -1):
+            self._consumed[metadata_partition] = offset
 
     # ---- routing (ConsumerTask) ----------------------------------------------------------------
 
@@ -140,12 +177,8 @@ class StateMachine:
         if row.last_applied_offset is not None and offset <= row.last_applied_offset:
             return SKIPPED_ALREADY_PROCESSED
         result = self._store(row, record)
-        if result.status == "error":
-            self._epochs.clear()
-        else:
+        if result.status != "error":
             row.last_applied_offset = offset
-            self._flush_epochs()
-            self._save_partition(tp, row)
         return result
 
     def _store(self, row: PartitionRow, record: RemoteLogMetadata) -> ApplyResult:
@@ -162,7 +195,7 @@ class StateMachine:
     def _add(self, row: PartitionRow, segment: SegmentMetadata) -> ApplyResult:
         if segment.state is not _S.COPY_SEGMENT_STARTED:
             return handle_error("IllegalArgumentException")
-        existing = load_segment(self.kv, row.tpid, segment.segment_id)
+        existing = self._segment(row.tpid, segment.segment_id)
         if _S.COPY_SEGMENT_STARTED not in VALID_TRANSITIONS[existing.state if existing else None]:
             return IGNORED_INVALID_TRANSITION
         self._put_segment(row, existing, segment)
@@ -171,7 +204,7 @@ class StateMachine:
         return APPLIED
 
     def _update(self, row: PartitionRow, update: SegmentUpdate) -> ApplyResult:
-        existing = load_segment(self.kv, row.tpid, update.segment_id)
+        existing = self._segment(row.tpid, update.segment_id)
         if existing is None:
             return IGNORED_UNKNOWN_SEGMENT
         target = update.state
@@ -226,18 +259,27 @@ class StateMachine:
         for cf in K.PER_PARTITION:
             self.kv.delete_prefix(cf, row.tpid)
         row.total_size = row.segment_count = 0
-        self._epochs.clear()
+        for cache in (self._epochs, self._segments):
+            for key in [k for k in cache if k.startswith(row.tpid)]:
+                del cache[key]
+        self._dirty_segments = {k for k in self._dirty_segments if not k.startswith(row.tpid)}
 
     # ---- segments ------------------------------------------------------------------------------
+
+    def _segment(self, tpid: bytes, segment_id: bytes) -> SegmentMetadata | None:
+        key = tpid + segment_id
+        try:
+            return self._segments[key]
+        except KeyError:
+            segment = self._segments[key] = load_segment(self.kv, tpid, segment_id)
+            return segment
 
     def _put_segment(self, row: PartitionRow, old: SegmentMetadata | None, new: SegmentMetadata | None) -> None:
         """Replace a segment's metadata (None = absent) and keep every aggregate that depends on it."""
         tpid = row.tpid
         segment_id = (old or new).segment_id
-        if new is None:
-            self.kv.delete(K.SEGMENTS, tpid + segment_id)
-        else:
-            self.kv.put(K.SEGMENTS, tpid + segment_id, encode_value(new))
+        self._segments[tpid + segment_id] = new
+        self._dirty_segments.add(tpid + segment_id)
         old_size = None if old is None else old.segment_size_in_bytes
         new_size = None if new is None else new.segment_size_in_bytes
         row.total_size += (new_size or 0) - (old_size or 0)
@@ -266,70 +308,81 @@ class StateMachine:
             er = self._epochs[key] = EpochRow() if raw is None else EpochRow.unpack(raw)
         return er
 
-    def _flush_epochs(self) -> None:
-        for key, er in self._epochs.items():
-            self.kv.put(K.EPOCHS, key, er.pack())
-        self._epochs.clear()
-
-    def _membership(self, tpid: bytes, epoch: int, segment_id: bytes, flag: int, on: bool, size: int | None) -> None:
+    def _membership(self, tpid: bytes, epoch: int, segment_id: bytes, flag: int, on: bool, size: int | None) -> bool:
+        """Set or clear one membership flag of a segment in an epoch; returns whether it changed."""
         key = tpid + segment_id + K.epoch_bytes(epoch)
         raw = self.kv.get(K.MEMBERSHIP, key)
         flags = 0 if raw is None else raw[0]
         new_flags = flags | flag if on else flags & ~flag
         if new_flags == flags:
-            return
+            return False
         if new_flags:
             self.kv.put(K.MEMBERSHIP, key, bytes((new_flags,)))
         else:
             self.kv.delete(K.MEMBERSHIP, key)
         _add_contribution(self._epoch(tpid, epoch), size, 1 if on else -1)
+        return True
 
     def _unreferenced_add(self, tpid: bytes, epoch: int, segment_id: bytes, size: int) -> None:
-        self.kv.put(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id, b"")
-        self._membership(tpid, epoch, segment_id, UNREFERENCED, True, size)
+        if self._membership(tpid, epoch, segment_id, UNREFERENCED, True, size):
+            self.kv.put(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id, b"")
+            self._epoch(tpid, epoch).unreferenced += 1
 
     def _unreferenced_remove(self, tpid: bytes, epoch: int, segment_id: bytes, size: int) -> None:
-        self.kv.delete(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id)
-        self._membership(tpid, epoch, segment_id, UNREFERENCED, False, size)
+        if self._membership(tpid, epoch, segment_id, UNREFERENCED, False, size):
+            self.kv.delete(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id)
+            self._epoch(tpid, epoch).unreferenced -= 1
+
+    # The offset index's neighbours are found through the epoch row's first and last keys whenever
+    # possible: appends and retention (removal of the oldest entry) then need no seek. Index entries
+    # (txn, breaks) are written or deleted only when they change, so seeks never wade through
+    # tombstones of keys that were never there.
 
     def _referenced_put(self, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
         er = self._epoch(tpid, epoch)
         prefix = K.epoch_prefix(tpid, epoch)
         key = K.offset_key(tpid, epoch, start)
         raw = self.kv.get(K.OFFSETS, key)
-        if raw is not None:
-            overwritten = RefEntry.unpack(raw)
-            if overwritten.segment_id != entry.segment_id:
-                self._membership(tpid, epoch, overwritten.segment_id, REFERENCED, False, overwritten.size)
-        if er.last_key is None or start > er.last_key:
-            prev = None if er.last_key is None else (er.last_key, self._ref(tpid, epoch, er.last_key))
-            nxt = None
+        old = None if raw is None else RefEntry.unpack(raw)
+        if old is not None and old.segment_id != entry.segment_id:
+            self._membership(tpid, epoch, old.segment_id, REFERENCED, False, old.size)
+        if er.first_key is None:
+            prev = nxt = None
+            er.first_key = er.last_key = start
+        elif start > er.last_key:
+            prev, nxt = (er.last_key, self._ref(tpid, epoch, er.last_key)), None
             er.last_key = start
+        elif start < er.first_key:
+            prev, nxt = None, (er.first_key, self._ref(tpid, epoch, er.first_key))
+            er.first_key = start
         else:
-            prev = self._neighbour_below(prefix, key)
+            prev = None if start == er.first_key else self._neighbour_below(prefix, key)
             nxt = None if start == er.last_key else self._neighbour_above(prefix, key)
         self.kv.put(K.OFFSETS, key, entry.pack())
-        if entry.txn_index_empty:
-            self.kv.delete(K.TXN, key)
-        else:
-            self.kv.put(K.TXN, key, b"")
-        self._set_break(key, entry, nxt)
+        self._update_index(K.TXN, key, old is not None and not old.txn_index_empty, not entry.txn_index_empty)
+        self._update_index(K.BREAKS, key, old is not None and _is_break(old, nxt), _is_break(entry, nxt))
         if prev is not None:
-            self._set_break(K.offset_key(tpid, epoch, prev[0]), prev[1], (start, entry))
+            prev_next_before = nxt if old is None else (start, old)
+            self._update_index(K.BREAKS, K.offset_key(tpid, epoch, prev[0]), _is_break(prev[1], prev_next_before),
+                               _is_break(prev[1], (start, entry)))
         self._membership(tpid, epoch, entry.segment_id, REFERENCED, True, entry.size)
 
     def _referenced_remove(self, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
         er = self._epoch(tpid, epoch)
         prefix = K.epoch_prefix(tpid, epoch)
         key = K.offset_key(tpid, epoch, start)
-        prev = self._neighbour_below(prefix, key)
+        prev = None if start == er.first_key else self._neighbour_below(prefix, key)
         nxt = None if start == er.last_key else self._neighbour_above(prefix, key)
-        for cf in (K.OFFSETS, K.TXN, K.BREAKS):
-            self.kv.delete(cf, key)
+        self.kv.delete(K.OFFSETS, key)
+        self._update_index(K.TXN, key, not entry.txn_index_empty, False)
+        self._update_index(K.BREAKS, key, _is_break(entry, nxt), False)
+        if start == er.first_key:
+            er.first_key = None if nxt is None else nxt[0]
         if start == er.last_key:
             er.last_key = None if prev is None else prev[0]
         if prev is not None:
-            self._set_break(K.offset_key(tpid, epoch, prev[0]), prev[1], nxt)
+            self._update_index(K.BREAKS, K.offset_key(tpid, epoch, prev[0]), _is_break(prev[1], (start, entry)),
+                               _is_break(prev[1], nxt))
         self._membership(tpid, epoch, entry.segment_id, REFERENCED, False, entry.size)
 
     def _ref(self, tpid: bytes, epoch: int, start: int) -> RefEntry:
@@ -347,13 +400,17 @@ class StateMachine:
                 return K.read_offset(k, 8), RefEntry.unpack(v)
         return None
 
-    def _set_break(self, key: bytes, entry: RefEntry, nxt: tuple[int, RefEntry] | None) -> None:
-        """Kafka's txn walk steps from ``entry`` to the entry at end+1; mark where that is not the next entry."""
-        contiguous = nxt is not None and nxt[0] == entry.end_offset + 1 and nxt[0] <= nxt[1].epoch_end
-        if contiguous:
-            self.kv.delete(K.BREAKS, key)
-        else:
-            self.kv.put(K.BREAKS, key, b"")
+    def _update_index(self, cf: str, key: bytes, was: bool, now: bool) -> None:
+        if now and not was:
+            self.kv.put(cf, key, b"")
+        elif was and not now:
+            self.kv.delete(cf, key)
+
+
+def _is_break(entry: RefEntry, nxt: tuple[int, RefEntry] | None) -> bool:
+    """Whether Kafka's txn walk, stepping from ``entry`` to the entry holding end+1, does not simply
+    continue at the next entry. The last entry is no break: it ends every chain anyway."""
+    return nxt is not None and not (nxt[0] == entry.end_offset + 1 and nxt[0] <= nxt[1].epoch_end)
 
 
 def _flag_count(flags: int) -> int:

@@ -39,9 +39,12 @@ class Queries:
         raw = self.kv.get(K.EPOCHS, K.epoch_prefix(tpid, epoch))
         return None if raw is None else EpochRow.unpack(raw)
 
-    def _lookup(self, tpid: bytes, epoch: int, offset: int) -> tuple[bytes, RefEntry] | None:
-        """Kafka's remoteLogSegmentMetadata(epoch, offset) on the offset index: floor entry, if the
-        offset is within that segment's part of the epoch."""
+    def _lookup(self, tpid: bytes, epoch: int, offset: int, er: EpochRow | None) -> tuple[bytes, RefEntry] | None:
+        """Kafka's remoteLogSegmentMetadata(epoch, offset) on the offset index: the floor entry, if the
+        offset is within that segment's part of the epoch. Offsets below the epoch's first entry are
+        answered from the epoch row, without a seek through deleted entries."""
+        if er is None or er.first_key is None or offset < er.first_key:
+            return None
         item = floor(self.kv, K.OFFSETS, K.offset_key(tpid, epoch, offset), K.epoch_prefix(tpid, epoch))
         if item is None:
             return None
@@ -54,7 +57,7 @@ class Queries:
 
     def remote_log_segment_metadata(self, tp: TopicIdPartition, epoch: int, offset: int) -> SegmentMetadata | None:
         tpid = self._ready_tpid(tp)
-        found = self._lookup(tpid, epoch, offset)
+        found = self._lookup(tpid, epoch, offset, self._epoch_row(tpid, epoch))
         return None if found is None else load_segment(self.kv, tpid, found[1].segment_id)
 
     def highest_offset_for_epoch(self, tp: TopicIdPartition, epoch: int) -> int | None:
@@ -78,10 +81,11 @@ class Queries:
             raise RemoteResourceNotFound(f"No remote log segment metadata found for a segment of epoch {epoch}"
                                          f" of {_describe(tp)}")
         prefix = K.epoch_prefix(tpid, epoch)
-        referenced = [RefEntry.unpack(raw).segment_id for _, raw in scan(self.kv, K.OFFSETS, prefix)]
-        unreferenced = [key[len(prefix):] for key, _ in scan(self.kv, K.UNREFERENCED, prefix)]
-        segments = [load_segment(self.kv, tpid, segment_id) for segment_id in referenced + unreferenced]
-        if unreferenced:
+        ids = [RefEntry.unpack(raw).segment_id for _, raw in scan(self.kv, K.OFFSETS, prefix)]
+        if er.unreferenced:
+            ids += [key[len(prefix):] for key, _ in scan(self.kv, K.UNREFERENCED, prefix)]
+        segments = [load_segment(self.kv, tpid, segment_id) for segment_id in ids]
+        if er.unreferenced:
             segments.sort(key=lambda s: s.start_offset)
         return segments
 
@@ -100,25 +104,28 @@ class Queries:
 
     def next_segment_with_txn_index(self, tp: TopicIdPartition, epoch: int, offset: int) -> SegmentMetadata | None:
         """Kafka's walk from the segment holding ``offset`` along end+1 within the epoch to the first
-        segment with a non-empty txn index. Runs of contiguous entries are skipped with one seek in
-        the txn index and one in the chain-break index; only a break costs another step."""
+        segment with a non-empty txn index. A run of contiguous entries is crossed with one seek in the
+        txn index and one in the chain-break index; only a break (or the epoch's last entry) costs a
+        step of Kafka's walk."""
         tpid = self._ready_tpid(tp)
+        er = self._epoch_row(tpid, epoch)
         prefix = K.epoch_prefix(tpid, epoch)
-        found = self._lookup(tpid, epoch, offset)
+        found = self._lookup(tpid, epoch, offset, er)
         while found is not None:
             key, entry = found
             if not entry.txn_index_empty:
                 return load_segment(self.kv, tpid, entry.segment_id)
-            with_txn = ceiling(self.kv, K.TXN, key, prefix)
+            stop = K.offset_key(tpid, epoch, er.last_key)
             chain_break = ceiling(self.kv, K.BREAKS, key, prefix)
-            if with_txn is not None and (chain_break is None or with_txn[0] <= chain_break[0]):
+            if chain_break is not None and chain_break[0] < stop:
+                stop = chain_break[0]
+            with_txn = ceiling(self.kv, K.TXN, key, prefix)
+            if with_txn is not None and with_txn[0] <= stop:
                 return load_segment(self.kv, tpid, RefEntry.unpack(self.kv.get(K.OFFSETS, with_txn[0])).segment_id)
-            if chain_break is None:
+            last_of_run = RefEntry.unpack(self.kv.get(K.OFFSETS, stop))
+            if last_of_run.end_offset >= K.MAX_OFFSET:
                 return None
-            broken = RefEntry.unpack(self.kv.get(K.OFFSETS, chain_break[0]))
-            if broken.end_offset >= K.MAX_OFFSET:
-                return None
-            found = self._lookup(tpid, epoch, broken.end_offset + 1)
+            found = self._lookup(tpid, epoch, last_of_run.end_offset + 1, er)
         return None
 
     def max_timestamp(self, tp: TopicIdPartition) -> SegmentMetadata | None:

@@ -47,12 +47,16 @@ class RocksKV:
         self.write_options.sync = sync
 
     def close(self) -> None:
-        for cf in self.cfs.values():
-            cf.close()
+        """Close the database; it is only released once no column family object refers to it."""
+        self.cfs.clear()
+        self.handles.clear()
         self.db.close()
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         return self.cfs[cf].get(key)
+
+    # (rocksdict 0.3 applies iterator bounds in its own key encoding, not in raw mode, so iterators
+    # are unbounded and stop at the prefix's end themselves.)
 
     def iter_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
         it = self.cfs[cf].iter()
@@ -69,13 +73,11 @@ class RocksKV:
         it.seek_for_prev(key)
         while it.valid():
             k = it.key()
-            if not k.startswith(prefix):
-                if k < prefix:
-                    return
-                it.prev()  # ``key`` lies beyond the prefix's range: walk back into it
-                continue
-            yield k, it.value()
-            it.prev()
+            if k.startswith(prefix):
+                yield k, it.value()
+            elif k < prefix:
+                return
+            it.prev()  # keys past the prefix's range can only come first
 
     def commit(self, stage: StagedKV) -> None:
         """Write everything staged as one atomic batch (range deletions first, they came first)."""

@@ -54,21 +54,23 @@ class EpochRow:
     the epoch's listing)."""
 
     highest_offset: int | None = None
+    first_key: int | None = None  # smallest epoch start offset in the offset index
     last_key: int | None = None  # greatest epoch start offset in the offset index
     size: int = 0
     members: int = 0
     dangling: int = 0
+    unreferenced: int = 0  # size of the unreferenced set
 
-    _LAYOUT = struct.Struct(">qqqII")
+    _LAYOUT = struct.Struct(">qqqqIII")
 
     def pack(self) -> bytes:
-        return self._LAYOUT.pack(_opt(self.highest_offset), _opt(self.last_key), self.size, self.members,
-                                 self.dangling)
+        return self._LAYOUT.pack(_opt(self.highest_offset), _opt(self.first_key), _opt(self.last_key), self.size,
+                                 self.members, self.dangling, self.unreferenced)
 
     @classmethod
     def unpack(cls, data: bytes) -> EpochRow:
-        highest, last, size, members, dangling = cls._LAYOUT.unpack(data)
-        return cls(_unopt(highest), _unopt(last), size, members, dangling)
+        highest, first, last, size, members, dangling, unreferenced = cls._LAYOUT.unpack(data)
+        return cls(_unopt(highest), _unopt(first), _unopt(last), size, members, dangling, unreferenced)
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,7 @@ class View:
         with self._write_lock:
             batch = Batch(StagedKV(self._kv))
             yield batch
+            batch.machine.flush()
             for name, count in batch.counts.items():
                 key = b"count:" + name.encode()
                 raw = self._kv.get(K.META, key)

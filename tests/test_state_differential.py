@@ -1,0 +1,103 @@
+"""Random record streams applied to the RocksDB view (random batching) and to a naive model of
+Kafka's cache must give the same apply results and the same answer to every query.
+
+The streams are drawn from a tiny universe (few segment ids, epochs and offsets) so that the
+quirks happen often: overlapping and same-start segments, re-adds with other epochs, deletions of
+segments still listed under other epochs, partition deletions, redeliveries, invalid transitions.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlmm.records.model import (
+    PartitionDelete,
+    PartitionDeleteState,
+    SegmentMetadata,
+    SegmentState,
+    SegmentUpdate,
+    TopicIdPartition,
+)
+from rlmm.records.serde import encode_value
+from rlmm.state.probe import probe_partition
+from rlmm.state.view import View
+from tests.reference_model import ReferenceModel
+
+ASSIGNED = TopicIdPartition(b"\x01" * 16, "orders", 0)
+OTHER = TopicIdPartition(b"\x01" * 16, "orders-renamed", 0)  # same id and partition, other name
+SEGMENT_IDS = [bytes([i]) * 16 for i in range(1, 7)]
+
+
+@st.composite
+def segments(draw, tp=ASSIGNED):
+    start = draw(st.integers(0, 60))
+    end = start + draw(st.integers(0, 30))
+    count = draw(st.integers(1, 3))
+    first = draw(st.integers(0, 4))
+    epochs = sorted({first + i for i in range(count)})
+    # epoch start offsets inside the segment, non-decreasing (sometimes equal: degenerate epochs)
+    starts = sorted([start] + [draw(st.integers(start, end)) for _ in epochs[1:]])
+    return SegmentMetadata(
+        tp=tp, segment_id=draw(st.sampled_from(SEGMENT_IDS)), start_offset=start, end_offset=end,
+        broker_id=draw(st.integers(0, 3)), max_timestamp_ms=draw(st.integers(-1, 5)),
+        event_timestamp_ms=draw(st.integers(0, 10**6)), segment_leader_epochs=tuple(zip(epochs, starts)),
+        segment_size_in_bytes=draw(st.integers(-1, 1000)), custom_metadata=draw(st.one_of(st.none(), st.binary(max_size=3))),
+        state=draw(st.sampled_from([SegmentState.COPY_SEGMENT_STARTED] * 6 + list(SegmentState))),
+        txn_index_empty=draw(st.booleans()),
+    )
+
+
+updates = st.builds(
+    SegmentUpdate, tp=st.just(ASSIGNED), segment_id=st.sampled_from(SEGMENT_IDS), broker_id=st.integers(0, 3),
+    event_timestamp_ms=st.integers(0, 10**6), custom_metadata=st.one_of(st.none(), st.binary(max_size=3)),
+    state=st.sampled_from([SegmentState.COPY_SEGMENT_FINISHED] * 4 + [SegmentState.DELETE_SEGMENT_STARTED] * 2
+                          + list(SegmentState)),
+)
+partition_deletes = st.builds(PartitionDelete, tp=st.just(ASSIGNED), broker_id=st.just(0),
+                              event_timestamp_ms=st.just(0), state=st.sampled_from(list(PartitionDeleteState)))
+records = st.one_of(segments(), segments(), updates, updates, updates, segments(OTHER),
+                    partition_deletes.filter(lambda r: r.state is not PartitionDeleteState.DELETE_PARTITION_FINISHED),
+                    st.just(None))  # None: redeliver an earlier record
+
+
+@st.composite
+def streams(draw):
+    body = draw(st.lists(records, min_size=1, max_size=60))
+    if draw(st.integers(0, 9)) == 0:  # sometimes the partition is deleted somewhere in the stream
+        body.insert(draw(st.integers(0, len(body))), PartitionDelete(ASSIGNED, 0, 0, PartitionDeleteState.DELETE_PARTITION_FINISHED))
+    events = []
+    for record in body:
+        if record is None:
+            if events:
+                events.append(events[draw(st.integers(0, len(events) - 1))])
+        else:
+            events.append((len(events), encode_value(record), record))
+    cuts = draw(st.lists(st.integers(1, max(1, len(events))), max_size=8))
+    return events, sorted(set(cuts))
+
+
+@settings(max_examples=int(os.environ.get("RLMM_DIFF_EXAMPLES", 300)), deadline=None,
+          derandomize=bool(os.environ.get("CI")), suppress_health_check=[HealthCheck.too_slow])
+@given(streams())
+def test_view_matches_naive_model(stream) -> None:
+    events, cuts = stream
+    model = ReferenceModel()
+    model.assign(ASSIGNED)
+    model.mark_ready(ASSIGNED)
+    with tempfile.TemporaryDirectory() as tmp, View(Path(tmp) / "view") as view:
+        with view.batch() as batch:
+            batch.assign(ASSIGNED)
+            batch.mark_ready(ASSIGNED)
+        bounds = [0, *cuts, len(events)]
+        for lo, hi in zip(bounds, bounds[1:]):
+            with view.batch() as batch:
+                for offset, value, record in events[lo:hi]:
+                    expected = model.handle(record, offset)
+                    assert batch.apply(0, offset, value) == expected, (offset, record)
+            assert probe_partition(view.queries, ASSIGNED) == probe_partition(model, ASSIGNED)
+            assert probe_partition(view.queries, OTHER) == probe_partition(model, OTHER)
