@@ -7,8 +7,11 @@ equality, as in Kafka.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any, TypeVar
 
 
 class SegmentState(IntEnum):
@@ -102,3 +105,22 @@ class SegmentSnapshot:
 
 
 RemoteLogMetadata = SegmentMetadata | SegmentUpdate | PartitionDelete | SegmentSnapshot
+
+
+T = TypeVar("T")
+
+
+def fast_constructor(cls: type[T]) -> Callable[..., T]:
+    """Positional constructor of a frozen slotted dataclass, several times faster than its ``__init__``.
+
+    The frozen ``__init__`` sets every field through ``object.__setattr__``; here the instance is
+    built as a plain twin with the same slots and then given ``cls`` as its class. Every field must
+    be passed.
+    """
+    names = cls.__slots__  # type: ignore[attr-defined]
+    if names != tuple(f.name for f in dataclasses.fields(cls)) or hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} is not a plain slotted dataclass")
+    namespace: dict[str, Any] = {"cls": cls}
+    assignments = "".join(f"    self.{name} = {name}\n" for name in names)
+    exec(f"def __init__(self, {', '.join(names)}):\n{assignments}    self.__class__ = cls\n", namespace)
+    return type(f"_{cls.__name__}Twin", (), {"__slots__": names, "__init__": namespace["__init__"]})

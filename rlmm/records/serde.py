@@ -7,11 +7,10 @@ would hold; everything Kafka refuses raises :class:`DecodeError` naming what Kaf
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from rlmm.records import wire
 from rlmm.records.model import (
@@ -24,6 +23,7 @@ from rlmm.records.model import (
     SegmentState,
     SegmentUpdate,
     TopicIdPartition,
+    fast_constructor,
 )
 from rlmm.records.wire import (
     DELETE_RUN_B,
@@ -84,30 +84,11 @@ class DecodeError(ValueError):
         self.position = position
 
 
-T = TypeVar("T")
-
-
-def _fast_constructor(cls: type[T]) -> Callable[..., T]:
-    """Positional constructor of a frozen slotted dataclass, several times faster than its ``__init__``.
-
-    The frozen ``__init__`` sets every field through ``object.__setattr__``; here the instance is
-    built as a plain twin with the same slots and then given ``cls`` as its class. Every field must
-    be passed.
-    """
-    names = cls.__slots__  # type: ignore[attr-defined]
-    if names != tuple(f.name for f in dataclasses.fields(cls)) or hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__} is not a plain slotted dataclass")
-    namespace: dict[str, Any] = {"cls": cls}
-    assignments = "".join(f"    self.{name} = {name}\n" for name in names)
-    exec(f"def __init__(self, {', '.join(names)}):\n{assignments}    self.__class__ = cls\n", namespace)
-    return type(f"_{cls.__name__}Twin", (), {"__slots__": names, "__init__": namespace["__init__"]})
-
-
-_new_tp = _fast_constructor(TopicIdPartition)
-_new_segment = _fast_constructor(SegmentMetadata)
-_new_update = _fast_constructor(SegmentUpdate)
-_new_delete = _fast_constructor(PartitionDelete)
-_new_snapshot = _fast_constructor(SegmentSnapshot)
+_new_tp = fast_constructor(TopicIdPartition)
+_new_segment = fast_constructor(SegmentMetadata)
+_new_update = fast_constructor(SegmentUpdate)
+_new_delete = fast_constructor(PartitionDelete)
+_new_snapshot = fast_constructor(SegmentSnapshot)
 
 
 def _parse_error(error: WireError) -> DecodeError:

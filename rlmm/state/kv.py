@@ -32,6 +32,10 @@ class ReadKV(Protocol):
 class WriteKV(ReadKV, Protocol):
     def put(self, cf: str, key: bytes, value: bytes) -> None: ...
 
+    def put_new(self, cf: str, key: bytes, value: bytes) -> None:
+        """``put`` of a key the store does not hold (lets a stage drop a later deletion of it)."""
+        ...
+
     def delete(self, cf: str, key: bytes) -> None: ...
 
     def delete_prefix(self, cf: str, prefix: bytes) -> None: ...
@@ -83,6 +87,8 @@ class MemoryKV:
     def put(self, cf: str, key: bytes, value: bytes) -> None:
         self._table(cf)[key] = value
 
+    put_new = put
+
     def delete(self, cf: str, key: bytes) -> None:
         self._table(cf).pop(key, None)
 
@@ -105,6 +111,7 @@ class StagedKV:
         self.pending: dict[str, dict[bytes, bytes | None]] = {}  # None marks a deletion
         self.deleted_prefixes: dict[str, list[bytes]] = {}
         self._order: dict[str, SortedList] = {}
+        self._fresh: set[tuple[str, bytes]] = set()  # pending puts of keys the base does not hold
 
     def _hidden_in_base(self, cf: str, key: bytes) -> bool:
         prefixes = self.deleted_prefixes.get(cf)
@@ -166,14 +173,28 @@ class StagedKV:
     def put(self, cf: str, key: bytes, value: bytes) -> None:
         self._set(cf, key, value)
 
+    def put_new(self, cf: str, key: bytes, value: bytes) -> None:
+        table = self.pending.get(cf)
+        if table is None or key not in table:  # untouched by this stage and absent: absent from the base
+            self._fresh.add((cf, key))
+        self._set(cf, key, value)
+
     def delete(self, cf: str, key: bytes) -> None:
-        self._set(cf, key, None)
+        if (cf, key) in self._fresh:  # never reached the base: forget it instead of writing a tombstone
+            self._fresh.discard((cf, key))
+            del self.pending[cf][key]
+            order = self._order.get(cf)
+            if order is not None:
+                order.remove(key)
+        else:
+            self._set(cf, key, None)
 
     def delete_prefix(self, cf: str, prefix: bytes) -> None:
         table = self.pending.get(cf)
         if table:
             for k in [k for k in table if k.startswith(prefix)]:
                 del table[k]
+                self._fresh.discard((cf, k))
             self._order.pop(cf, None)
         self.deleted_prefixes.setdefault(cf, []).append(prefix)
 

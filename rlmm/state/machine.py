@@ -21,8 +21,6 @@ write, so a refused record changes nothing.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from rlmm.records.model import (
     PartitionDelete,
     PartitionDeleteState,
@@ -32,10 +30,11 @@ from rlmm.records.model import (
     SegmentState,
     SegmentUpdate,
     TopicIdPartition,
+    fast_constructor,
 )
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.state import keys as K
-from rlmm.state.kv import ReadKV, WriteKV, scan
+from rlmm.state.kv import ReadKV, WriteKV
 from rlmm.state.results import (
     APPLIED,
     IGNORED_INVALID_TRANSITION,
@@ -45,7 +44,7 @@ from rlmm.state.results import (
     ApplyResult,
     handle_error,
 )
-from rlmm.state.rows import EpochRow, PartitionRow, RefEntry
+from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, pack_memberships, unpack_memberships
 
 _S = SegmentState
 # RemoteLogSegmentState.isValidTransition: source state (None = unknown segment) -> allowed targets
@@ -56,6 +55,8 @@ VALID_TRANSITIONS: dict[SegmentState | None, frozenset[SegmentState]] = {
     _S.DELETE_SEGMENT_STARTED: frozenset({_S.DELETE_SEGMENT_STARTED, _S.DELETE_SEGMENT_FINISHED}),
     _S.DELETE_SEGMENT_FINISHED: frozenset({_S.DELETE_SEGMENT_FINISHED}),
 }
+
+_new_segment = fast_constructor(SegmentMetadata)
 
 REFERENCED = 1  # membership flag: the id is in the epoch's offset index
 UNREFERENCED = 2  # membership flag: the id is in the epoch's unreferenced set
@@ -81,48 +82,67 @@ class StateMachine:
     to the KV as they change.
     """
 
-    def __init__(self, kv: WriteKV) -> None:
+    def __init__(self, kv: WriteKV, rows: dict[TopicIdPartition, PartitionRow] | None = None,
+                 epochs: dict[bytes, EpochRow] | None = None) -> None:
+        """``rows`` and ``epochs`` may be caches kept across batches by the only writer of the KV."""
         self.kv = kv
-        self._rows: dict[bytes, PartitionRow] = {}  # tp identity -> row
-        self._epochs: dict[bytes, EpochRow] = {}  # tpid|epoch -> row
+        self._rows = {} if rows is None else rows
+        self._epochs = {} if epochs is None else epochs  # tpid|epoch -> row
+        self._dirty_rows: set[TopicIdPartition] = set()
+        self._dirty_epochs: set[bytes] = set()
         self._segments: dict[bytes, SegmentMetadata | None] = {}  # tpid|segment id -> metadata (None: absent)
         self._dirty_segments: set[bytes] = set()
+        self._members: dict[bytes, dict[int, int]] = {}  # tpid|segment id -> {epoch: membership flags}
+        self._dirty_members: set[bytes] = set()
         self._consumed: dict[int, int] = {}  # metadata partition -> greatest offset consumed in this batch
 
     def flush(self) -> None:
         """Write the cached objects back to the KV."""
         kv = self.kv
-        for identity, row in self._rows.items():
-            kv.put(K.PARTITIONS, identity, row.pack())
-        for key, er in self._epochs.items():
-            kv.put(K.EPOCHS, key, er.pack())
+        for tp in self._dirty_rows:
+            kv.put(K.PARTITIONS, K.tp_identity(tp), self._rows[tp].pack())
+        for key in self._dirty_epochs:
+            kv.put(K.EPOCHS, key, self._epochs[key].pack())
         for key in self._dirty_segments:
             segment = self._segments[key]
             if segment is None:
                 kv.delete(K.SEGMENTS, key)
             else:
                 kv.put(K.SEGMENTS, key, encode_value(segment))
+        for key in self._dirty_members:
+            members = self._members[key]
+            if members:
+                kv.put(K.MEMBERSHIP, key, pack_memberships(members))
+            else:
+                kv.delete(K.MEMBERSHIP, key)
         for mp, offset in self._consumed.items():
             key = K.u32(mp)
             raw = kv.get(K.METADATA_OFFSETS, key)
             if raw is None or K.read_offset(raw, 0) < offset:
                 kv.put(K.METADATA_OFFSETS, key, K.offset_bytes(offset))
-        self._rows.clear()
-        self._epochs.clear()
+        self._dirty_rows.clear()
+        self._dirty_epochs.clear()
         self._segments.clear()
         self._dirty_segments.clear()
+        self._members.clear()
+        self._dirty_members.clear()
         self._consumed.clear()
 
     # ---- partition registry -------------------------------------------------------------------
 
+    def _changing(self, tp: TopicIdPartition) -> PartitionRow | None:
+        row = self.partition(tp)
+        if row is not None:
+            self._dirty_rows.add(tp)
+        return row
+
     def partition(self, tp: TopicIdPartition) -> PartitionRow | None:
-        identity = K.tp_identity(tp)
-        row = self._rows.get(identity)
+        row = self._rows.get(tp)
         if row is None:
-            raw = self.kv.get(K.PARTITIONS, identity)
+            raw = self.kv.get(K.PARTITIONS, K.tp_identity(tp))
             if raw is None:
                 return None
-            row = self._rows[identity] = PartitionRow.unpack(raw)
+            row = self._rows[tp] = PartitionRow.unpack(raw)
         return row
 
     def _new_partition(self, tp: TopicIdPartition) -> PartitionRow:
@@ -131,20 +151,21 @@ class StateMachine:
         tpid = K.u32(tpid_int)
         self.kv.put(K.META, K.NEXT_TPID_KEY, K.u32(tpid_int + 1))
         self.kv.put(K.TP_BY_ID, tpid, K.tp_identity(tp))
-        row = self._rows[K.tp_identity(tp)] = PartitionRow(tpid)
+        row = self._rows[tp] = PartitionRow(tpid)
+        self._dirty_rows.add(tp)
         return row
 
     def assign(self, tp: TopicIdPartition) -> PartitionRow:
         """Kafka's maybeLoadPartition. Assigning a partition again keeps its state (a removed one stays
         removed): the view already holds what the consumed records made of it."""
-        row = self.partition(tp) or self._new_partition(tp)
+        row = self._changing(tp) or self._new_partition(tp)
         if not row.assigned:
             row.assigned, row.ready, row.removed = True, False, False
         return row
 
     def unassign(self, tp: TopicIdPartition) -> None:
         """Kafka's clearTopicPartition: forget the partition's metadata and its consumed position."""
-        row = self.partition(tp)
+        row = self._changing(tp)
         if row is None:
             return
         self._drop_partition_data(row)
@@ -153,7 +174,7 @@ class StateMachine:
 
     def mark_ready(self, tp: TopicIdPartition) -> str | None:
         """Kafka's markInitialized; returns the Kafka exception name when Kafka's call would throw."""
-        row = self.partition(tp)
+        row = self._changing(tp)
         if row is None or not row.assigned or row.removed:
             return MARK_READY_ERROR
         row.ready = True
@@ -179,6 +200,7 @@ class StateMachine:
         result = self._store(row, record)
         if result.status != "error":
             row.last_applied_offset = offset
+            self._dirty_rows.add(tp)
         return result
 
     def _store(self, row: PartitionRow, record: RemoteLogMetadata) -> ApplyResult:
@@ -199,8 +221,10 @@ class StateMachine:
         if _S.COPY_SEGMENT_STARTED not in VALID_TRANSITIONS[existing.state if existing else None]:
             return IGNORED_INVALID_TRANSITION
         self._put_segment(row, existing, segment)
+        tpid = row.tpid
         for epoch, _ in segment.segment_leader_epochs:
-            self._unreferenced_add(row.tpid, epoch, segment.segment_id, segment.segment_size_in_bytes)
+            self._unreferenced_add(self._epoch(tpid, epoch), tpid, epoch, segment.segment_id,
+                                   segment.segment_size_in_bytes)
         return APPLIED
 
     def _update(self, row: PartitionRow, update: SegmentUpdate) -> ApplyResult:
@@ -212,36 +236,39 @@ class StateMachine:
             return IGNORED_INVALID_TRANSITION
         if target is _S.COPY_SEGMENT_STARTED:
             return handle_error("IllegalArgumentException")
-        updated = replace(existing, broker_id=update.broker_id, event_timestamp_ms=update.event_timestamp_ms,
-                          custom_metadata=update.custom_metadata, state=target)
+        updated = _new_segment(  # RemoteLogSegmentMetadata.createWithUpdates
+            existing.tp, existing.segment_id, existing.start_offset, existing.end_offset, update.broker_id,
+            existing.max_timestamp_ms, update.event_timestamp_ms, existing.segment_leader_epochs,
+            existing.segment_size_in_bytes, update.custom_metadata, target, existing.txn_index_empty,
+            existing.unknown_tags)
         tpid, segment_id, size = row.tpid, updated.segment_id, updated.segment_size_in_bytes
         for epoch, start in updated.segment_leader_epochs:
+            er = self._epoch(tpid, epoch)
             if target is _S.COPY_SEGMENT_FINISHED:
-                self._copy_finished(tpid, epoch, start, updated)
+                self._copy_finished(er, tpid, epoch, start, updated)
             elif target is _S.DELETE_SEGMENT_STARTED:
                 raw = self.kv.get(K.OFFSETS, K.offset_key(tpid, epoch, start))
                 current = None if raw is None else RefEntry.unpack(raw)
                 if current is not None and current.segment_id == segment_id:
-                    self._referenced_remove(tpid, epoch, start, current)
-                self._unreferenced_add(tpid, epoch, segment_id, size)
+                    self._referenced_remove(er, tpid, epoch, start, current)
+                self._unreferenced_add(er, tpid, epoch, segment_id, size)
             else:
-                self._unreferenced_remove(tpid, epoch, segment_id, size)
+                self._unreferenced_remove(er, tpid, epoch, segment_id, size)
         self._put_segment(row, existing, None if target is _S.DELETE_SEGMENT_FINISHED else updated)
         return APPLIED
 
-    def _copy_finished(self, tpid: bytes, epoch: int, start: int, segment: SegmentMetadata) -> None:
+    def _copy_finished(self, er: EpochRow, tpid: bytes, epoch: int, start: int, segment: SegmentMetadata) -> None:
         """RemoteLogLeaderEpochState.handleSegmentWithCopySegmentFinishedState."""
-        er = self._epoch(tpid, epoch)
         end = epoch_end(segment, epoch)
         while er.last_key is not None and er.last_key >= start and er.highest_offset is not None \
                 and er.highest_offset <= end:
             evicted = self._ref(tpid, epoch, er.last_key)
-            self._referenced_remove(tpid, epoch, er.last_key, evicted)
-            self._unreferenced_add(tpid, epoch, evicted.segment_id, evicted.size)
+            self._referenced_remove(er, tpid, epoch, er.last_key, evicted)
+            self._unreferenced_add(er, tpid, epoch, evicted.segment_id, evicted.size)
         entry = RefEntry(segment.segment_id, end, segment.end_offset, segment.txn_index_empty,
                          segment.segment_size_in_bytes)
-        self._referenced_put(tpid, epoch, start, entry)
-        self._unreferenced_remove(tpid, epoch, segment.segment_id, segment.segment_size_in_bytes)
+        self._referenced_put(er, tpid, epoch, start, entry)
+        self._unreferenced_remove(er, tpid, epoch, segment.segment_id, segment.segment_size_in_bytes)
         if er.highest_offset is None or end > er.highest_offset:
             er.highest_offset = end
 
@@ -258,11 +285,13 @@ class StateMachine:
     def _drop_partition_data(self, row: PartitionRow) -> None:
         for cf in K.PER_PARTITION:
             self.kv.delete_prefix(cf, row.tpid)
-        row.total_size = row.segment_count = 0
-        for cache in (self._epochs, self._segments):
+        row.total_size = row.segment_count = row.orphans = 0
+        for cache in (self._epochs, self._segments, self._members):
             for key in [k for k in cache if k.startswith(row.tpid)]:
                 del cache[key]
+        self._dirty_epochs = {k for k in self._dirty_epochs if not k.startswith(row.tpid)}
         self._dirty_segments = {k for k in self._dirty_segments if not k.startswith(row.tpid)}
+        self._dirty_members = {k for k in self._dirty_members if not k.startswith(row.tpid)}
 
     # ---- segments ------------------------------------------------------------------------------
 
@@ -290,85 +319,109 @@ class StateMachine:
             if old_ts_key is not None:
                 self.kv.delete(K.MAX_TIMESTAMP, old_ts_key)
             if new_ts_key is not None:
-                self.kv.put(K.MAX_TIMESTAMP, new_ts_key, b"")
-        if old_size != new_size:
-            for key, flags in scan(self.kv, K.MEMBERSHIP, tpid + segment_id):
-                er = self._epoch(tpid, K.read_epoch(key, 20))
-                count = _flag_count(flags[0])
-                _add_contribution(er, old_size, -count)
-                _add_contribution(er, new_size, count)
+                self.kv.put_new(K.MAX_TIMESTAMP, new_ts_key, b"")
+        if old_size == new_size:
+            return
+        if old is None and not row.orphans:
+            self._members[tpid + segment_id] = {}  # a segment without metadata is tracked only as an orphan
+            return
+        members = self._memberships(tpid, segment_id)
+        for epoch, flags in members.items():
+            er = self._epoch(tpid, epoch)
+            count = _flag_count(flags)
+            _add_contribution(er, old_size, -count)
+            _add_contribution(er, new_size, count)
+        if members and (old is None) != (new is None):
+            row.orphans += 1 if new is None else -1
 
     # ---- epoch state ---------------------------------------------------------------------------
 
     def _epoch(self, tpid: bytes, epoch: int) -> EpochRow:
+        """The epoch's row, to be changed (it is written back by ``flush``)."""
         key = K.epoch_prefix(tpid, epoch)
         er = self._epochs.get(key)
         if er is None:
             raw = self.kv.get(K.EPOCHS, key)
             er = self._epochs[key] = EpochRow() if raw is None else EpochRow.unpack(raw)
+        self._dirty_epochs.add(key)
         return er
 
-    def _membership(self, tpid: bytes, epoch: int, segment_id: bytes, flag: int, on: bool, size: int | None) -> bool:
+    def _memberships(self, tpid: bytes, segment_id: bytes) -> dict[int, int]:
+        """Epoch -> membership flags of one segment (cached for the batch, written back by ``flush``)."""
+        key = tpid + segment_id
+        members = self._members.get(key)
+        if members is None:
+            members = self._members[key] = unpack_memberships(self.kv.get(K.MEMBERSHIP, key))
+        return members
+
+    def _membership(self, er: EpochRow, tpid: bytes, epoch: int, segment_id: bytes, flag: int, on: bool,
+                    size: int | None) -> bool:
         """Set or clear one membership flag of a segment in an epoch; returns whether it changed."""
-        key = tpid + segment_id + K.epoch_bytes(epoch)
-        raw = self.kv.get(K.MEMBERSHIP, key)
-        flags = 0 if raw is None else raw[0]
+        members = self._memberships(tpid, segment_id)
+        flags = members.get(epoch, 0)
         new_flags = flags | flag if on else flags & ~flag
         if new_flags == flags:
             return False
         if new_flags:
-            self.kv.put(K.MEMBERSHIP, key, bytes((new_flags,)))
+            members[epoch] = new_flags
         else:
-            self.kv.delete(K.MEMBERSHIP, key)
-        _add_contribution(self._epoch(tpid, epoch), size, 1 if on else -1)
+            del members[epoch]
+        self._dirty_members.add(tpid + segment_id)
+        _add_contribution(er, size, 1 if on else -1)
         return True
 
-    def _unreferenced_add(self, tpid: bytes, epoch: int, segment_id: bytes, size: int) -> None:
-        if self._membership(tpid, epoch, segment_id, UNREFERENCED, True, size):
-            self.kv.put(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id, b"")
-            self._epoch(tpid, epoch).unreferenced += 1
+    def _unreferenced_add(self, er: EpochRow, tpid: bytes, epoch: int, segment_id: bytes, size: int) -> None:
+        if self._membership(er, tpid, epoch, segment_id, UNREFERENCED, True, size):
+            self.kv.put_new(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id, b"")
+            er.unreferenced += 1
 
-    def _unreferenced_remove(self, tpid: bytes, epoch: int, segment_id: bytes, size: int) -> None:
-        if self._membership(tpid, epoch, segment_id, UNREFERENCED, False, size):
+    def _unreferenced_remove(self, er: EpochRow, tpid: bytes, epoch: int, segment_id: bytes, size: int) -> None:
+        if self._membership(er, tpid, epoch, segment_id, UNREFERENCED, False, size):
             self.kv.delete(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id)
-            self._epoch(tpid, epoch).unreferenced -= 1
+            er.unreferenced -= 1
 
     # The offset index's neighbours are found through the epoch row's first and last keys whenever
     # possible: appends and retention (removal of the oldest entry) then need no seek. Index entries
     # (txn, breaks) are written or deleted only when they change, so seeks never wade through
     # tombstones of keys that were never there.
 
-    def _referenced_put(self, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
-        er = self._epoch(tpid, epoch)
+    def _referenced_put(self, er: EpochRow, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
         prefix = K.epoch_prefix(tpid, epoch)
         key = K.offset_key(tpid, epoch, start)
-        raw = self.kv.get(K.OFFSETS, key)
-        old = None if raw is None else RefEntry.unpack(raw)
-        if old is not None and old.segment_id != entry.segment_id:
-            self._membership(tpid, epoch, old.segment_id, REFERENCED, False, old.size)
+        old = None
         if er.first_key is None:
             prev = nxt = None
             er.first_key = er.last_key = start
-        elif start > er.last_key:
-            prev, nxt = (er.last_key, self._ref(tpid, epoch, er.last_key)), None
+        elif start > er.last_key:  # an append, the common case: the previous last entry was no break
+            if not (start == er.last_end + 1 and start <= entry.epoch_end):
+                self.kv.put_new(K.BREAKS, K.offset_key(tpid, epoch, er.last_key), b"")
+            prev = nxt = None
             er.last_key = start
         elif start < er.first_key:
             prev, nxt = None, (er.first_key, self._ref(tpid, epoch, er.first_key))
             er.first_key = start
         else:
+            raw = self.kv.get(K.OFFSETS, key)
+            old = None if raw is None else RefEntry.unpack(raw)
+            if old is not None and old.segment_id != entry.segment_id:
+                self._membership(er, tpid, epoch, old.segment_id, REFERENCED, False, old.size)
             prev = None if start == er.first_key else self._neighbour_below(prefix, key)
             nxt = None if start == er.last_key else self._neighbour_above(prefix, key)
-        self.kv.put(K.OFFSETS, key, entry.pack())
+        if start == er.last_key:
+            er.last_end = entry.end_offset
+        if old is None:
+            self.kv.put_new(K.OFFSETS, key, entry.pack())
+        else:
+            self.kv.put(K.OFFSETS, key, entry.pack())
         self._update_index(K.TXN, key, old is not None and not old.txn_index_empty, not entry.txn_index_empty)
         self._update_index(K.BREAKS, key, old is not None and _is_break(old, nxt), _is_break(entry, nxt))
         if prev is not None:
             prev_next_before = nxt if old is None else (start, old)
             self._update_index(K.BREAKS, K.offset_key(tpid, epoch, prev[0]), _is_break(prev[1], prev_next_before),
                                _is_break(prev[1], (start, entry)))
-        self._membership(tpid, epoch, entry.segment_id, REFERENCED, True, entry.size)
+        self._membership(er, tpid, epoch, entry.segment_id, REFERENCED, True, entry.size)
 
-    def _referenced_remove(self, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
-        er = self._epoch(tpid, epoch)
+    def _referenced_remove(self, er: EpochRow, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
         prefix = K.epoch_prefix(tpid, epoch)
         key = K.offset_key(tpid, epoch, start)
         prev = None if start == er.first_key else self._neighbour_below(prefix, key)
@@ -380,10 +433,11 @@ class StateMachine:
             er.first_key = None if nxt is None else nxt[0]
         if start == er.last_key:
             er.last_key = None if prev is None else prev[0]
+            er.last_end = 0 if prev is None else prev[1].end_offset
         if prev is not None:
             self._update_index(K.BREAKS, K.offset_key(tpid, epoch, prev[0]), _is_break(prev[1], (start, entry)),
                                _is_break(prev[1], nxt))
-        self._membership(tpid, epoch, entry.segment_id, REFERENCED, False, entry.size)
+        self._membership(er, tpid, epoch, entry.segment_id, REFERENCED, False, entry.size)
 
     def _ref(self, tpid: bytes, epoch: int, start: int) -> RefEntry:
         return RefEntry.unpack(self.kv.get(K.OFFSETS, K.offset_key(tpid, epoch, start)))
@@ -402,7 +456,7 @@ class StateMachine:
 
     def _update_index(self, cf: str, key: bytes, was: bool, now: bool) -> None:
         if now and not was:
-            self.kv.put(cf, key, b"")
+            self.kv.put_new(cf, key, b"")
         elif was and not now:
             self.kv.delete(cf, key)
 

@@ -28,20 +28,21 @@ class PartitionRow:
     last_applied_offset: int | None = None
     total_size: int = 0  # sum of segment_size_in_bytes over the partition's segments
     segment_count: int = 0
+    orphans: int = 0  # segments without metadata that epochs still track (Kafka's dangling ids)
     delete_record: bytes = b""  # topic value of the latest RemotePartitionDeleteMetadata, if any
 
-    _LAYOUT = struct.Struct(">4sBqqq")
+    _LAYOUT = struct.Struct(">4sBqqqq")
 
     def pack(self) -> bytes:
         flags = self.assigned | self.ready << 1 | self.removed << 2
         return self._LAYOUT.pack(
-            self.tpid, flags, _opt(self.last_applied_offset), self.total_size, self.segment_count
+            self.tpid, flags, _opt(self.last_applied_offset), self.total_size, self.segment_count, self.orphans
         ) + self.delete_record
 
     @classmethod
     def unpack(cls, data: bytes) -> PartitionRow:
-        tpid, flags, last, total, count = cls._LAYOUT.unpack_from(data)
-        return cls(tpid, bool(flags & 1), bool(flags & 2), bool(flags & 4), _unopt(last), total, count,
+        tpid, flags, last, total, count, orphans = cls._LAYOUT.unpack_from(data)
+        return cls(tpid, bool(flags & 1), bool(flags & 2), bool(flags & 4), _unopt(last), total, count, orphans,
                    data[cls._LAYOUT.size:])
 
 
@@ -56,21 +57,22 @@ class EpochRow:
     highest_offset: int | None = None
     first_key: int | None = None  # smallest epoch start offset in the offset index
     last_key: int | None = None  # greatest epoch start offset in the offset index
+    last_end: int = 0  # end offset of the segment at last_key
     size: int = 0
     members: int = 0
     dangling: int = 0
     unreferenced: int = 0  # size of the unreferenced set
 
-    _LAYOUT = struct.Struct(">qqqqIII")
+    _LAYOUT = struct.Struct(">qqqqqIII")
 
     def pack(self) -> bytes:
-        return self._LAYOUT.pack(_opt(self.highest_offset), _opt(self.first_key), _opt(self.last_key), self.size,
-                                 self.members, self.dangling, self.unreferenced)
+        return self._LAYOUT.pack(_opt(self.highest_offset), _opt(self.first_key), _opt(self.last_key), self.last_end,
+                                 self.size, self.members, self.dangling, self.unreferenced)
 
     @classmethod
     def unpack(cls, data: bytes) -> EpochRow:
-        highest, first, last, size, members, dangling, unreferenced = cls._LAYOUT.unpack(data)
-        return cls(_unopt(highest), _unopt(first), _unopt(last), size, members, dangling, unreferenced)
+        highest, first, last, last_end, size, members, dangling, unreferenced = cls._LAYOUT.unpack(data)
+        return cls(_unopt(highest), _unopt(first), _unopt(last), last_end, size, members, dangling, unreferenced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,3 +93,15 @@ class RefEntry:
     @classmethod
     def unpack(cls, data: bytes) -> RefEntry:
         return cls(*cls._LAYOUT.unpack(data))
+
+
+_MEMBERSHIP = struct.Struct(">iB")
+
+
+def pack_memberships(members: dict[int, int]) -> bytes:
+    """A segment's memberships: (epoch, flags) pairs, flags 1 = referenced, 2 = unreferenced."""
+    return b"".join(_MEMBERSHIP.pack(epoch, flags) for epoch, flags in sorted(members.items()))
+
+
+def unpack_memberships(data: bytes | None) -> dict[int, int]:
+    return {} if data is None else dict(_MEMBERSHIP.iter_unpack(data))

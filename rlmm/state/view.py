@@ -25,9 +25,11 @@ from rlmm.state.kv import StagedKV, scan
 from rlmm.state.machine import StateMachine
 from rlmm.state.queries import Queries
 from rlmm.state.results import ApplyResult
+from rlmm.state.rows import EpochRow, PartitionRow
 from rlmm.state.rocks import RocksKV
 
 SCHEMA_VERSION = 1
+EPOCH_CACHE_LIMIT = 100_000
 _HEADER_LEN = struct.Struct(">H")
 
 
@@ -57,9 +59,9 @@ class QuarantinedRecord:
 class Batch:
     """Operations staged together and committed atomically by ``View.batch``."""
 
-    def __init__(self, stage: StagedKV) -> None:
+    def __init__(self, stage: StagedKV, machine: StateMachine) -> None:
         self.stage = stage
-        self.machine = StateMachine(stage)
+        self.machine = machine
         self.counts: Counter[str] = Counter()
 
     def apply(self, metadata_partition: int, offset: int, value: bytes | None) -> ApplyResult:
@@ -97,6 +99,9 @@ class View:
         self.path.mkdir(parents=True, exist_ok=True)
         self._kv = RocksKV(self.path, cache_mb=cache_mb, write_buffer_mb=write_buffer_mb, sync=sync)
         self._write_lock = threading.Lock()
+        # partition and epoch rows, kept across batches: this view is their only writer
+        self._row_cache: dict[TopicIdPartition, PartitionRow] = {}
+        self._epoch_cache: dict[bytes, EpochRow] = {}
         self.queries = Queries(self._kv)
         self._check_schema()
 
@@ -123,14 +128,29 @@ class View:
     def batch(self) -> Iterator[Batch]:
         """Stage operations; on normal exit they are committed as one atomic write."""
         with self._write_lock:
-            batch = Batch(StagedKV(self._kv))
-            yield batch
+            stage = StagedKV(self._kv)
+            batch = Batch(stage, StateMachine(stage, self._row_cache, self._epoch_cache))
+            try:
+                yield batch
+            except BaseException:
+                self._drop_caches()  # cached rows may hold changes that are not committed
+                raise
             batch.machine.flush()
             for name, count in batch.counts.items():
                 key = b"count:" + name.encode()
                 raw = self._kv.get(K.META, key)
                 batch.stage.put(K.META, key, K.offset_bytes((0 if raw is None else K.read_offset(raw, 0)) + count))
-            self._kv.commit(batch.stage)
+            try:
+                self._kv.commit(batch.stage)
+            except BaseException:
+                self._drop_caches()
+                raise
+            if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
+                self._epoch_cache.clear()
+
+    def _drop_caches(self) -> None:
+        self._row_cache.clear()
+        self._epoch_cache.clear()
 
     def metadata_offsets(self) -> dict[int, int]:
         """Last consumed offset per metadata partition."""
