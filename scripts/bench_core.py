@@ -9,6 +9,7 @@ and measures, so its peak RSS is the view's, not the generator's.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -26,13 +27,14 @@ from rich.console import Console
 from rich.table import Table
 
 from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, TopicIdPartition
-from rlmm.records.serde import decode_value, encode_value
+from rlmm.records.serde import DecodeError, decode_value, encode_value
 from rlmm.state.view import View
 from rlmm.workload import Workload, WorkloadConfig
 
 FRAME = struct.Struct(">iqi")  # metadata partition, offset, value length (-1: null)
 BATCH = 5_000
 SAMPLES = 2_000
+DECODE_SAMPLE = 200_000
 TXN_DISTANCES = (1, 100, 10_000)
 KAFKA_YARDSTICK = {
     "decode_records_per_s": "~5M records/s warm",
@@ -102,15 +104,21 @@ def txn_chain(view: View, length: int) -> TopicIdPartition:
 
 
 def measure(events_path: Path, view_dir: Path) -> dict:
-    values = [v for _, _, v in read_events(events_path) if v is not None][:200_000]
-    t0 = time.perf_counter()
-    for value in values:
-        try:
-            decode_value(value)
-        except ValueError:
-            pass
-    decode_rate = len(values) / (time.perf_counter() - t0)
-    del values
+    decoded, decode_seconds = 0, 0.0
+    stream = read_events(events_path)
+    while decoded < DECODE_SAMPLE:
+        values = [v for _, _, v in itertools.islice(stream, 10_000) if v is not None]
+        if not values:
+            break
+        t0 = time.perf_counter()
+        for value in values:
+            try:
+                decode_value(value)
+            except DecodeError:
+                pass
+        decode_seconds += time.perf_counter() - t0
+        decoded += len(values)
+    decode_rate = decoded / decode_seconds
 
     partitions = [TopicIdPartition(bytes.fromhex(h), t, p)
                   for h, t, p in json.loads(events_path.with_suffix(".partitions").read_text())]

@@ -92,6 +92,7 @@ class StateMachine:
         self._dirty_epochs: set[bytes] = set()
         self._segments: dict[bytes, SegmentMetadata | None] = {}  # tpid|segment id -> metadata (None: absent)
         self._dirty_segments: set[bytes] = set()
+        self._encoded: dict[bytes, tuple[SegmentMetadata, bytes]] = {}  # tpid|segment id -> latest encoding
         self._members: dict[bytes, dict[int, int]] = {}  # tpid|segment id -> {epoch: membership flags}
         self._dirty_members: set[bytes] = set()
         self._consumed: dict[int, int] = {}  # metadata partition -> greatest offset consumed in this batch
@@ -108,7 +109,7 @@ class StateMachine:
             if segment is None:
                 kv.delete(K.SEGMENTS, key)
             else:
-                kv.put(K.SEGMENTS, key, encode_value(segment))
+                kv.put(K.SEGMENTS, key, self._encode(key[:4], segment))
         for key in self._dirty_members:
             members = self._members[key]
             if members:
@@ -124,6 +125,7 @@ class StateMachine:
         self._dirty_epochs.clear()
         self._segments.clear()
         self._dirty_segments.clear()
+        self._encoded.clear()
         self._members.clear()
         self._dirty_members.clear()
         self._consumed.clear()
@@ -266,7 +268,7 @@ class StateMachine:
             self._referenced_remove(er, tpid, epoch, er.last_key, evicted)
             self._unreferenced_add(er, tpid, epoch, evicted.segment_id, evicted.size)
         entry = RefEntry(segment.segment_id, end, segment.end_offset, segment.txn_index_empty,
-                         segment.segment_size_in_bytes)
+                         segment.segment_size_in_bytes, self._encode(tpid, segment))
         self._referenced_put(er, tpid, epoch, start, entry)
         self._unreferenced_remove(er, tpid, epoch, segment.segment_id, segment.segment_size_in_bytes)
         if er.highest_offset is None or end > er.highest_offset:
@@ -294,6 +296,14 @@ class StateMachine:
         self._dirty_members = {k for k in self._dirty_members if not k.startswith(row.tpid)}
 
     # ---- segments ------------------------------------------------------------------------------
+
+    def _encode(self, tpid: bytes, segment: SegmentMetadata) -> bytes:
+        """The segment's topic value, encoded once per version of the segment."""
+        key = tpid + segment.segment_id
+        cached = self._encoded.get(key)
+        if cached is None or cached[0] is not segment:
+            cached = self._encoded[key] = (segment, encode_value(segment))
+        return cached[1]
 
     def _segment(self, tpid: bytes, segment_id: bytes) -> SegmentMetadata | None:
         key = tpid + segment_id

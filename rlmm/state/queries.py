@@ -58,7 +58,7 @@ class Queries:
     def remote_log_segment_metadata(self, tp: TopicIdPartition, epoch: int, offset: int) -> SegmentMetadata | None:
         tpid = self._ready_tpid(tp)
         found = self._lookup(tpid, epoch, offset, self._epoch_row(tpid, epoch))
-        return None if found is None else load_segment(self.kv, tpid, found[1].segment_id)
+        return None if found is None else decode_value(found[1].value)
 
     def highest_offset_for_epoch(self, tp: TopicIdPartition, epoch: int) -> int | None:
         er = self._epoch_row(self._ready_tpid(tp), epoch)
@@ -114,14 +114,14 @@ class Queries:
         while found is not None:
             key, entry = found
             if not entry.txn_index_empty:
-                return load_segment(self.kv, tpid, entry.segment_id)
+                return decode_value(entry.value)
             stop = K.offset_key(tpid, epoch, er.last_key)
             chain_break = ceiling(self.kv, K.BREAKS, key, prefix)
             if chain_break is not None and chain_break[0] < stop:
                 stop = chain_break[0]
             with_txn = ceiling(self.kv, K.TXN, key, prefix)
             if with_txn is not None and with_txn[0] <= stop:
-                return load_segment(self.kv, tpid, RefEntry.unpack(self.kv.get(K.OFFSETS, with_txn[0])).segment_id)
+                return decode_value(RefEntry.unpack(self.kv.get(K.OFFSETS, with_txn[0])).value)
             last_of_run = RefEntry.unpack(self.kv.get(K.OFFSETS, stop))
             if last_of_run.end_offset >= K.MAX_OFFSET:
                 return None

@@ -77,22 +77,26 @@ class EpochRow:
 
 @dataclass(frozen=True, slots=True)
 class RefEntry:
-    """A referenced segment in an epoch's offset index, with what lookups and the txn chain need."""
+    """A referenced segment in an epoch's offset index, with what lookups and the txn chain need and
+    the segment's topic value itself, so that a lookup is one seek. (A referenced segment is
+    COPY_SEGMENT_FINISHED; its entry is rewritten whenever its metadata changes.)"""
 
     segment_id: bytes
     epoch_end: int  # last offset of this epoch inside the segment
     end_offset: int
     txn_index_empty: bool
-    size: int  # segment_size_in_bytes (fixed once a segment is referenced)
+    size: int  # segment_size_in_bytes
+    value: bytes = b""
 
     _LAYOUT = struct.Struct(">16sqq?i")
 
     def pack(self) -> bytes:
-        return self._LAYOUT.pack(self.segment_id, self.epoch_end, self.end_offset, self.txn_index_empty, self.size)
+        return self._LAYOUT.pack(self.segment_id, self.epoch_end, self.end_offset, self.txn_index_empty,
+                                 self.size) + self.value
 
     @classmethod
     def unpack(cls, data: bytes) -> RefEntry:
-        return cls(*cls._LAYOUT.unpack(data))
+        return cls(*cls._LAYOUT.unpack_from(data), data[cls._LAYOUT.size:])
 
 
 _MEMBERSHIP = struct.Struct(">iB")

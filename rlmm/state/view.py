@@ -21,6 +21,7 @@ from pathlib import Path
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.serde import DecodeError, decode_value
 from rlmm.state import keys as K
+from rlmm.state.cache import CachedReadKV
 from rlmm.state.kv import StagedKV, scan
 from rlmm.state.machine import StateMachine
 from rlmm.state.queries import Queries
@@ -102,7 +103,8 @@ class View:
         # partition and epoch rows, kept across batches: this view is their only writer
         self._row_cache: dict[TopicIdPartition, PartitionRow] = {}
         self._epoch_cache: dict[bytes, EpochRow] = {}
-        self.queries = Queries(self._kv)
+        self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS))
+        self.queries = Queries(self._read_cache)
         self._check_schema()
 
     def _check_schema(self) -> None:
@@ -145,12 +147,14 @@ class View:
             except BaseException:
                 self._drop_caches()
                 raise
+            self._read_cache.committed(batch.stage)
             if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
                 self._epoch_cache.clear()
 
     def _drop_caches(self) -> None:
         self._row_cache.clear()
         self._epoch_cache.clear()
+        self._read_cache.clear()
 
     def metadata_offsets(self) -> dict[int, int]:
         """Last consumed offset per metadata partition."""
