@@ -74,9 +74,7 @@ class MemoryKV:
 
     def iter_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
         table = self._table(cf)
-        for k in table.irange(minimum=max(key, prefix)):
-            if not k.startswith(prefix):
-                return
+        for k in _irange_up(table, key, prefix):
             yield k, table[k]
 
     def iter_down_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
@@ -94,7 +92,7 @@ class MemoryKV:
 
     def delete_prefix(self, cf: str, prefix: bytes) -> None:
         table = self._table(cf)
-        for k in list(table.irange(minimum=prefix, maximum=prefix_end(prefix), inclusive=(True, False))):
+        for k in list(_irange_up(table, prefix, prefix)):
             del table[k]
 
 
@@ -147,7 +145,7 @@ class StagedKV:
             yield from base
             return
         table = self.pending[cf]
-        keys = order.irange(minimum=max(key, prefix), maximum=prefix_end(prefix), inclusive=(True, False))
+        keys = _irange_up(order, key, prefix)
         yield from _merge(base, ((k, table[k]) for k in keys if table[k] is not None), descending=False)
 
     def iter_down_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
@@ -199,9 +197,16 @@ class StagedKV:
         self.deleted_prefixes.setdefault(cf, []).append(prefix)
 
 
+def _irange_up(table: SortedDict | SortedList, key: bytes, prefix: bytes) -> Iterator[bytes]:
+    """Keys >= ``key`` that start with ``prefix``, ascending."""
+    end = prefix_end(prefix) if prefix else None
+    return table.irange(minimum=max(key, prefix), maximum=end, inclusive=(True, False))
+
+
 def _irange_down(table: SortedDict | SortedList, key: bytes, prefix: bytes) -> Iterator[bytes]:
-    end = prefix_end(prefix)
-    if key < end:
+    """Keys <= ``key`` that start with ``prefix``, descending."""
+    end = prefix_end(prefix) if prefix else None
+    if end is None or key < end:
         return table.irange(minimum=prefix, maximum=key, reverse=True)
     return table.irange(minimum=prefix, maximum=end, inclusive=(True, False), reverse=True)
 
