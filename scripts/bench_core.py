@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 from rich.console import Console
 from rich.table import Table
 
@@ -132,6 +133,8 @@ def measure(events_path: Path, view_dir: Path) -> dict:
                 batch.assign(tp)
                 batch.mark_ready(tp)
         stream = read_events(events_path)
+        rss_curve: dict[str, float] = {}
+        process = psutil.Process()
         t0 = time.perf_counter()
         done = False
         while not done:
@@ -143,6 +146,8 @@ def measure(events_path: Path, view_dir: Path) -> dict:
                         break
                     batch.apply(*event)
                     applied += 1
+            if applied % (BATCH * 20) == 0 or done:
+                rss_curve[str(applied)] = round(process.memory_info().rss / 2**20, 1)
         apply_seconds = time.perf_counter() - t0
 
         q = view.queries
@@ -187,6 +192,7 @@ def measure(events_path: Path, view_dir: Path) -> dict:
         "query_p99_us": p99,
         "txn_next_p50_us": txn,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "rss_mb_by_events": rss_curve,
         "disk_mb": round(disk / 2**20, 1),
     }
 
@@ -207,6 +213,8 @@ def report(result: dict) -> None:
         table.add_row(f"nextSegmentWithTxnIndex, {distance} skipped, p50 µs", str(p50), "", "")
     table.add_row("txn ratio distance 10,000 / 1", f"{txn['10000'] / txn['1']:.2f}", "≤ 3", KAFKA_YARDSTICK["txn_next"])
     table.add_row("peak RSS MB", str(result["peak_rss_mb"]), "≤ 250", KAFKA_YARDSTICK["memory"])
+    curve = ", ".join(f"{int(n) // 1000}k: {mb}" for n, mb in result["rss_mb_by_events"].items())
+    table.add_row("RSS MB while applying", curve, "flat", "grows with segments")
     table.add_row("disk MB", str(result["disk_mb"]), "", "")
     console.print(table)
 

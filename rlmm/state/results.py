@@ -13,6 +13,12 @@ class ApplyResult:
     error: str | None = None  # Kafka exception name
     cause: str | None = None
 
+    @property
+    def counter(self) -> str:
+        """Name of the view counter this result adds to, e.g. ``ignored:invalid_transition``."""
+        detail = self.reason or self.error
+        return self.status if detail is None else f"{self.status}:{detail}"
+
     def to_json(self) -> dict:
         out = {"status": self.status}
         for name in ("reason", "stage", "error", "cause"):

