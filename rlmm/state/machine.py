@@ -162,7 +162,7 @@ class StateMachine:
         removed): the view already holds what the consumed records made of it."""
         row = self._changing(tp) or self._new_partition(tp)
         if not row.assigned:
-            row.assigned, row.ready, row.removed, row.loaded = True, False, False, False
+            row.assigned, row.ready, row.removed = True, False, False
         return row
 
     def unassign(self, tp: TopicIdPartition) -> None:
@@ -171,7 +171,7 @@ class StateMachine:
         if row is None:
             return
         self._drop_partition_data(row)
-        row.assigned, row.ready, row.removed, row.loaded, row.last_applied_offset = False, False, False, False, None
+        row.assigned, row.ready, row.removed, row.last_applied_offset = False, False, False, None
         row.delete_record = b""
 
     def mark_ready(self, tp: TopicIdPartition) -> str | None:
@@ -179,12 +179,12 @@ class StateMachine:
         row = self._changing(tp)
         if row is None or not row.assigned or row.removed:
             return MARK_READY_ERROR
-        row.ready = row.loaded = True
+        row.ready = True
         return None
 
     def mark_not_ready(self, tp: TopicIdPartition) -> None:
-        """Withdraw readiness until the partition is caught up again (a restarted consumer); the partition
-        stays ``loaded``: its state is complete up to its last applied offset."""
+        """Withdraw readiness until the partition is caught up again (a restarted consumer). Its state stays
+        as it is: complete up to its last applied offset."""
         row = self.partition(tp)
         if row is not None and row.ready:
             row.ready = False

@@ -25,7 +25,6 @@ class PartitionRow:
     assigned: bool = False
     ready: bool = False
     removed: bool = False  # metadata dropped by DELETE_PARTITION_FINISHED
-    loaded: bool = False  # marked ready at least once since it was assigned (a consumer's first load is done)
     last_applied_offset: int | None = None
     total_size: int = 0  # sum of segment_size_in_bytes over the partition's segments
     segment_count: int = 0
@@ -35,7 +34,7 @@ class PartitionRow:
     _LAYOUT = struct.Struct(">4sBqqqq")
 
     def pack(self) -> bytes:
-        flags = self.assigned | self.ready << 1 | self.removed << 2 | self.loaded << 3
+        flags = self.assigned | self.ready << 1 | self.removed << 2
         return self._LAYOUT.pack(
             self.tpid, flags, _opt(self.last_applied_offset), self.total_size, self.segment_count, self.orphans
         ) + self.delete_record
@@ -43,8 +42,8 @@ class PartitionRow:
     @classmethod
     def unpack(cls, data: bytes) -> PartitionRow:
         tpid, flags, last, total, count, orphans = cls._LAYOUT.unpack_from(data)
-        return cls(tpid, bool(flags & 1), bool(flags & 2), bool(flags & 4), bool(flags & 8), _unopt(last), total,
-                   count, orphans, data[cls._LAYOUT.size:])
+        return cls(tpid, bool(flags & 1), bool(flags & 2), bool(flags & 4), _unopt(last), total, count, orphans,
+                   data[cls._LAYOUT.size:])
 
 
 @dataclass(slots=True)

@@ -32,6 +32,7 @@ from rlmm.state.rocks import RocksKV
 SCHEMA_VERSION = 1
 EPOCH_CACHE_LIMIT = 100_000
 _HEADER_LEN = struct.Struct(">H")
+CONSUMER_STATE_PREFIX = b"consumer:"  # meta keys owned by the consumer
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +99,24 @@ class Batch:
     def mark_not_ready(self, tp: TopicIdPartition) -> None:
         self.machine.mark_not_ready(tp)
 
+    def put_consumer_state(self, key: bytes, value: bytes | None) -> None:
+        """Bookkeeping of the consumer, opaque to the view, committed with the batch (None deletes it)."""
+        if value is None:
+            self.stage.delete(K.META, CONSUMER_STATE_PREFIX + key)
+        else:
+            self.stage.put(K.META, CONSUMER_STATE_PREFIX + key, value)
+
 
 class View:
-    def __init__(self, path: str | Path, *, sync: bool = False, cache_mb: int = 64, write_buffer_mb: int = 64) -> None:
+    def __init__(self, path: str | Path, *, sync: bool = False, cache_mb: int = 64, write_buffer_mb: int = 64,
+                 read_only: bool = False) -> None:
+        """``read_only`` opens an existing view beside the process that writes it (operations tools)."""
         self.path = Path(path)
+        if read_only and not (self.path / "CURRENT").is_file():
+            raise ValueError(f"no view at {self.path}")
         self.path.mkdir(parents=True, exist_ok=True)
-        self._kv = RocksKV(self.path, cache_mb=cache_mb, write_buffer_mb=write_buffer_mb, sync=sync)
+        self._kv = RocksKV(self.path, cache_mb=cache_mb, write_buffer_mb=write_buffer_mb, sync=sync,
+                           read_only=read_only)
         self._write_lock = threading.Lock()
         # partition and epoch rows, kept across batches: this view is their only writer
         self._row_cache: dict[TopicIdPartition, PartitionRow] = {}
@@ -164,6 +177,11 @@ class View:
     def metadata_offsets(self) -> dict[int, int]:
         """Last consumed offset per metadata partition."""
         return {K.read_u32(k): K.read_offset(v, 0) for k, v in scan(self._kv, K.METADATA_OFFSETS, b"")}
+
+    def consumer_state(self) -> dict[bytes, bytes]:
+        """What ``Batch.put_consumer_state`` committed."""
+        n = len(CONSUMER_STATE_PREFIX)
+        return {k[n:]: v for k, v in scan(self._kv, K.META, CONSUMER_STATE_PREFIX)}
 
     def counters(self) -> dict[str, int]:
         return {k[len(b"count:"):].decode(): K.read_offset(v, 0) for k, v in scan(self._kv, K.META, b"count:")}

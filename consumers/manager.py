@@ -1,0 +1,170 @@
+"""rlmm's ``RemoteLogMetadataManager``: the view, the consumer that keeps it, and the writes, which
+return once the service has applied them (read-your-writes), as Kafka's topic-based manager does."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from concurrent.futures import CancelledError, Future, TimeoutError as FutureTimeout
+
+from confluent_kafka import KafkaError, KafkaException
+
+from consumers.config import RlmmConfig
+from consumers.consumer import MetadataConsumer
+from consumers.producer import MetadataProducer
+from consumers.watcher import OffsetWatcher
+from rlmm.records.model import (
+    PartitionDelete,
+    RemoteLogMetadata,
+    SegmentMetadata,
+    SegmentState,
+    SegmentUpdate,
+    TopicIdPartition,
+)
+from rlmm.records.serde import encode_value
+from rlmm.state.queries import Queries
+from rlmm.state.view import View
+
+
+class NotInitializedError(RuntimeError):
+    """The metadata topic is not known good yet (or the service stopped): Kafka's IllegalStateException."""
+
+    kafka_name = "IllegalStateException"
+
+
+class InvalidMetadataError(ValueError):
+    kafka_name = "IllegalArgumentException"
+
+
+class WriteTimeoutError(TimeoutError):
+    """The write did not complete within remote.log.metadata.consume.wait.ms. The record may have been
+    written, and then it will still be applied later."""
+
+    kafka_name = "TimeoutException"
+
+
+class WriteFailedError(RuntimeError):
+    """The broker refused the record: it was not written."""
+
+
+class ServiceStoppedError(RuntimeError):
+    pass
+
+
+class RemoteLogMetadataManager:
+    """``with RemoteLogMetadataManager(view, config, partitions) as rlmm:`` runs the consumer; reads go to
+    ``rlmm.queries`` (the view), writes through the three Kafka calls below."""
+
+    def __init__(self, view: View, config: RlmmConfig, partitions: Iterable[TopicIdPartition] = ()) -> None:
+        self.view = view
+        self.config = config
+        self.watcher = OffsetWatcher()
+        self.consumer = MetadataConsumer(view, config, self.watcher, partitions)
+        self._producer: MetadataProducer | None = None
+
+    @property
+    def queries(self) -> Queries:
+        return self.view.queries
+
+    def start(self) -> RemoteLogMetadataManager:
+        self.consumer.start()
+        self._producer = MetadataProducer(self.config)  # connects in the background, ready for the first write
+        return self
+
+    def close(self) -> None:
+        self.consumer.stop()
+        if self._producer is not None:
+            self._producer.close()
+        self.watcher.fail_all(ServiceStoppedError("the metadata manager was closed"))
+
+    def __enter__(self) -> RemoteLogMetadataManager:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- partition lifecycle ----------------------------------------------------------------------
+
+    def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],
+                                        followers: Iterable[TopicIdPartition]) -> None:
+        self.consumer.register([*leaders, *followers])
+
+    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
+        self.consumer.unregister(partitions)
+
+    # ---- writes -------------------------------------------------------------------------------------
+
+    def add_remote_log_segment_metadata(self, segment: SegmentMetadata) -> None:
+        if not isinstance(segment, SegmentMetadata):
+            raise TypeError(f"expected SegmentMetadata, got {type(segment).__name__}")
+        if segment.state is not SegmentState.COPY_SEGMENT_STARTED:
+            raise InvalidMetadataError(f"Given remoteLogSegmentMetadata should have state as COPY_SEGMENT_STARTED "
+                                       f"but it contains state as: {segment.state.name}")
+        self._store(segment)
+
+    def update_remote_log_segment_metadata(self, update: SegmentUpdate) -> None:
+        if not isinstance(update, SegmentUpdate):
+            raise TypeError(f"expected SegmentUpdate, got {type(update).__name__}")
+        if update.state is SegmentState.COPY_SEGMENT_STARTED:
+            raise InvalidMetadataError("Given remoteLogSegmentMetadataUpdate should not have the state as: "
+                                       "COPY_SEGMENT_STARTED")
+        self._store(update)
+
+    def put_remote_partition_delete_metadata(self, delete: PartitionDelete) -> None:
+        if not isinstance(delete, PartitionDelete):
+            raise TypeError(f"expected PartitionDelete, got {type(delete).__name__}")
+        self._store(delete)
+
+    def _store(self, record: RemoteLogMetadata) -> None:
+        if not self.consumer.initialized:
+            raise NotInitializedError(f"the metadata topic {self.config.topic!r} is not ready: "
+                                      f"{self.consumer.failure or 'the broker has not been reached yet'}")
+        value = encode_value(record)  # refuses values that do not fit Kafka's wire types
+        mp = self.consumer.metadata_partition_of(record.tp)
+        deadline = time.monotonic() + self.config.consume_wait_ms / 1000
+        sent = self._producer.send(mp, value)
+        try:
+            offset = sent.result(timeout=self.config.consume_wait_ms / 1000)
+        except FutureTimeout:
+            raise WriteTimeoutError(
+                f"the broker did not acknowledge the record for {self.config.topic}-{mp} within "
+                f"remote.log.metadata.consume.wait.ms ({self.config.consume_wait_ms} ms); it may still be "
+                f"written and applied later") from None
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError._MSG_TIMED_OUT or error.retriable():
+                raise WriteTimeoutError(f"the record for {self.config.topic}-{mp} was not acknowledged ({error}); "
+                                        f"it may still have been written and be applied later") from exc
+            raise WriteFailedError(f"the broker refused the record for {self.config.topic}-{mp}: {error}") from exc
+        if not self._applied_within(mp, offset, deadline - time.monotonic()):
+            raise WriteTimeoutError(
+                f"record {self.config.topic}-{mp}@{offset} was written but not applied within "
+                f"remote.log.metadata.consume.wait.ms ({self.config.consume_wait_ms} ms); it may still be applied "
+                f"later; {self._lag_summary(mp)}")
+
+    def wait_applied(self, metadata_partition: int, offset: int, timeout: float) -> None:
+        """Return once the view has applied ``offset`` of ``metadata_partition``, else raise
+        ``WriteTimeoutError`` after ``timeout`` s."""
+        if not self._applied_within(metadata_partition, offset, timeout):
+            raise WriteTimeoutError(f"record {self.config.topic}-{metadata_partition}@{offset} not applied within "
+                                    f"{timeout} s; it may still be applied later; {self._lag_summary(metadata_partition)}")
+
+    def _applied_within(self, metadata_partition: int, offset: int, timeout: float) -> bool:
+        future: Future[None] = self.watcher.wait_for(metadata_partition, offset)
+        try:
+            future.result(max(0.0, timeout))
+        except (FutureTimeout, CancelledError):
+            future.cancel()
+            return False
+        return True
+
+    def _lag_summary(self, mp: int) -> str:
+        progress = self.consumer.progress().get(mp)
+        if progress is None:
+            return f"metadata partition {mp} is not consumed by this service (no registered partition uses it)"
+        return f"consumer at offset {progress.position} of {progress.end} (lag {progress.lag})"
+
+    # ---- operations ---------------------------------------------------------------------------------
+
+    def status(self) -> dict:
+        return {**self.consumer.status(), "counters": self.view.counters()}

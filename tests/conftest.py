@@ -1,0 +1,33 @@
+"""Fixtures of the broker tests: one broker for the session (see ``tests/kafka_broker.py``), a fresh
+metadata topic per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from consumers.config import RlmmConfig
+from tests.kafka_broker import BrokerUnavailable, start_broker
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator:
+    try:
+        broker = start_broker()
+    except BrokerUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def rlmm_config(kafka) -> Callable[..., RlmmConfig]:
+    """``rlmm_config(num_partitions=3, **settings)``: a configuration with a topic of its own."""
+
+    def make(num_partitions: int = 3, **settings) -> RlmmConfig:
+        return RlmmConfig(kafka.bootstrap_servers, topic=f"rlmm-test-{uuid.uuid4().hex[:12]}",
+                          num_partitions=num_partitions, replication_factor=1, min_insync_replicas=1, **settings)
+
+    return make

@@ -1,0 +1,66 @@
+"""Settings under Kafka's names and defaults; what rlmm's clients are always given; the command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from consumers.config import RlmmConfig
+from consumers.service import parse_partition
+from rlmm.records import TopicIdPartition, uuid_from_str
+
+
+def test_defaults_are_kafkas() -> None:
+    config = RlmmConfig("broker:9092")
+    assert (config.topic, config.num_partitions, config.replication_factor, config.retention_ms,
+            config.consume_wait_ms, config.retry_interval_ms, config.retry_max_timeout_ms) == (
+        "__remote_log_metadata", 50, 3, -1, 120_000, 100, 120_000)
+
+
+def test_properties_use_kafkas_names_and_prefixes() -> None:
+    config = RlmmConfig.from_properties("b:1", {
+        "remote.log.metadata.topic.num.partitions": "8",
+        "remote.log.metadata.topic.replication.factor": "1",
+        "remote.log.metadata.consume.wait.ms": "5000",
+        "remote.log.metadata.consume.all.partitions": "true",
+        "remote.log.metadata.common.client.security.protocol": "PLAINTEXT",
+        "remote.log.metadata.consumer.fetch.wait.max.ms": "100",
+        "remote.log.metadata.consumer.enable.auto.commit": "true",
+        "remote.log.metadata.producer.linger.ms": "0",
+        "remote.log.metadata.producer.acks": "1",
+    })
+    assert (config.num_partitions, config.replication_factor, config.consume_wait_ms, config.assign_all) == (
+        8, 1, 5000, True)
+    consumer, producer = config.consumer_config(), config.producer_config()
+    assert consumer["security.protocol"] == producer["security.protocol"] == "PLAINTEXT"
+    assert consumer["fetch.wait.max.ms"] == "100" and producer["linger.ms"] == "0"
+    # what the design depends on cannot be changed
+    assert consumer["enable.auto.commit"] is False and consumer["enable.partition.eof"] is True
+    assert producer["acks"] == "all" and producer["enable.idempotence"] is True
+    assert producer["message.timeout.ms"] == 5000
+
+
+@pytest.mark.parametrize("properties, message", [
+    ({"remote.log.metadata.topic.partitions": "8"}, "unknown setting 'remote.log.metadata.topic.partitions'"),
+    ({"remote.log.metadata.topic.num.partitions": "many"}, "must be an integer"),
+    ({"remote.log.metadata.topic.num.partitions": "0"}, "must be at least 1"),
+    ({"remote.log.metadata.consume.all.partitions": "yes"}, "must be true or false"),
+])
+def test_bad_properties_are_refused(properties: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RlmmConfig.from_properties("b:1", properties)
+
+
+def test_partition_arguments() -> None:
+    topic_id = "7Im3pooKyYT3GrJH6It1kQ"
+    assert parse_partition(f"{topic_id}:clicks-0:10") == TopicIdPartition(uuid_from_str(topic_id), "clicks-0", 10)
+    with pytest.raises(ValueError):
+        parse_partition("clicks-0:10")
+
+
+def test_help_of_the_kafka_commands() -> None:
+    for command in ("consume", "quarantine", "broker"):
+        run = subprocess.run([sys.executable, "-m", "rlmm.cli", command, "--help"], capture_output=True, text=True)
+        assert run.returncode == 0 and "Usage" in run.stdout

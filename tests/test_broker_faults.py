@@ -1,0 +1,221 @@
+"""Faults: a broker that is not there at start or stops answering mid-run, bad records, restarts,
+partitions registered late (Kafka reads their metadata partition again), a topic that does not fit."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from consumers.broker import free_port
+from consumers.manager import NotInitializedError, RemoteLogMetadataManager
+from consumers.topic import TopicMismatchError, ensure_topic
+from rlmm.records import SegmentState, TopicIdPartition, encode_value, metadata_partition
+from rlmm.state.errors import ReplicaNotAvailable
+from rlmm.state.view import View
+from tests.compat import load_records
+from tests.kafka_broker import RawProducer, start_broker
+from tests.test_broker_writes import segment, update
+
+TP = TopicIdPartition(bytes(range(16)), "orders", 3)
+
+
+def partner_of(tp: TopicIdPartition, partitions: int) -> TopicIdPartition:
+    """Another user partition whose metadata lives in the same metadata partition as ``tp``'s."""
+    mp = metadata_partition(tp.topic_id, tp.partition, partitions)
+    return next(other for p in range(100) if (other := TopicIdPartition(tp.topic_id, tp.topic, p)) != tp
+                and metadata_partition(other.topic_id, p, partitions) == mp)
+
+
+def add_finished(rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, start: int, end: int) -> bytes:
+    seg = segment(tp, start, end)
+    rlmm.add_remote_log_segment_metadata(seg)
+    rlmm.update_remote_log_segment_metadata(update(seg, SegmentState.COPY_SEGMENT_FINISHED))
+    return seg.segment_id
+
+
+def test_broker_unreachable_at_start(rlmm_config, tmp_path) -> None:
+    port = free_port()
+    config = rlmm_config(num_partitions=3, retry_interval_ms=50)
+    config = dataclasses.replace(config, bootstrap_servers=f"127.0.0.1:{port}")
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        time.sleep(1.5)  # several attempts fail meanwhile
+        assert rlmm.consumer.failure is None and not rlmm.consumer.initialized
+        assert not rlmm.queries.is_ready(TP)
+        with pytest.raises(ReplicaNotAvailable):
+            rlmm.queries.highest_offset_for_epoch(TP, 0)
+        with pytest.raises(NotInitializedError):
+            rlmm.add_remote_log_segment_metadata(segment(TP, 0, 9))
+        assert rlmm.status()["lag"] is None  # not known before the broker answered once
+        broker = start_broker(port)
+        try:
+            assert rlmm.consumer.wait_ready([TP], timeout=30)
+            seg = add_finished(rlmm, TP, 0, 9)
+            assert rlmm.queries.remote_log_segment_metadata(TP, 0, 5).segment_id == seg
+        finally:
+            broker.stop()
+
+
+def test_broker_paused_mid_run(kafka, rlmm_config, tmp_path) -> None:
+    """SIGSTOP the broker: reads go on from the view and the status shows the broker silent; writes
+    wait; after SIGCONT every record is applied once."""
+    config = rlmm_config(num_partitions=3)
+    mp = metadata_partition(TP.topic_id, TP.partition, 3)
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        ids = [add_finished(rlmm, TP, i * 10, i * 10 + 9) for i in range(5)]
+        written: list[bytes] = []
+        kafka.pause()
+        try:
+            writer = threading.Thread(target=lambda: written.extend(add_finished(rlmm, TP, i * 10, i * 10 + 9)
+                                                                    for i in range(5, 8)))
+            writer.start()
+            time.sleep(2.5)
+            assert writer.is_alive()  # waiting for the broker
+            assert rlmm.queries.is_ready(TP)
+            assert rlmm.queries.remote_log_segment_metadata(TP, 0, 25).segment_id == ids[2]
+            status = rlmm.status()
+            assert status["metadata_partitions"][str(mp)] == {"position": 10, "end": 10, "lag": 0}
+            assert status["ms_since_broker_response"] > 1000
+        finally:
+            kafka.resume()
+        writer.join(30)
+        assert not writer.is_alive() and len(written) == 3
+        assert [s.segment_id for s in rlmm.queries.list_epoch_segments(TP, 0)] == ids + written
+        assert view.metadata_offsets() == {mp: 15}
+        assert rlmm.status()["counters"] == {"applied": 16}
+        assert rlmm.consumer.records_applied == 16
+
+
+def test_bad_records_are_quarantined_and_consumption_goes_on(rlmm_config, tmp_path) -> None:
+    config = rlmm_config(num_partitions=1)
+    corpus = {r["case"]: r["hex"] for r in load_records()}
+    truncated, future_version = corpus["invalid-truncated-1"], corpus["invalid-version-1-segment"]
+    seg = segment(TP, 0, 9)
+    values = [encode_value(seg), bytes.fromhex(truncated), None, bytes.fromhex(future_version),
+              encode_value(update(seg, SegmentState.COPY_SEGMENT_FINISHED))]
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        assert RawProducer(config.bootstrap_servers, config.topic).produce([(0, v) for v in values]) == [0, 1, 2, 3, 4]
+        rlmm.wait_applied(0, 4, timeout=30)
+        assert rlmm.queries.remote_log_segment_metadata(TP, 0, 5).segment_id == seg.segment_id
+        assert rlmm.status()["counters"] == {"applied": 2, "quarantined": 3}
+        listed = subprocess.run([sys.executable, "-m", "rlmm.cli", "quarantine", "--view", str(tmp_path / "view")],
+                                capture_output=True, text=True, check=True)  # beside the running service
+    lines = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [(q["offset"], q["error"], q["cause"], q["null"]) for q in lines] == [
+        (1, "MetadataParseException", "BufferUnderflowException", False),
+        (2, "NullPointerException", None, True),
+        (3, "MetadataParseException", "UnsupportedVersionException", False),
+    ]
+    assert [q["hex"] for q in lines] == [truncated, None, future_version]
+    assert all(q["metadata_partition"] == 0 and q["reason"] for q in lines)
+    assert "3 quarantined record(s)" in listed.stderr
+
+
+def test_restart_resumes_from_the_view(rlmm_config, tmp_path) -> None:
+    """A restarted service seeks to the view's offsets (history is not read again) and is not ready
+    until it has caught up with the records written while it was down."""
+    config = rlmm_config(num_partitions=3)
+    mp = metadata_partition(TP.topic_id, TP.partition, 3)
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        for i in range(10):
+            add_finished(rlmm, TP, i * 10, i * 10 + 9)
+    down = segment(TP, 100, 109)
+    RawProducer(config.bootstrap_servers, config.topic).produce(
+        [(mp, encode_value(down)), (mp, encode_value(update(down, SegmentState.COPY_SEGMENT_FINISHED)))])
+    with View(tmp_path / "view") as view:
+        rlmm = RemoteLogMetadataManager(view, config)
+        rlmm.consumer.hold({mp: 20})
+        with rlmm:
+            assert rlmm.consumer.initial_positions == {mp: 20}
+            assert rlmm.consumer.wait_initialized(30)
+            time.sleep(0.5)
+            assert not rlmm.queries.is_ready(TP)  # the two records written meanwhile are not applied yet
+            with pytest.raises(ReplicaNotAvailable):
+                rlmm.queries.highest_offset_for_epoch(TP, 0)
+            rlmm.consumer.hold(None)
+            assert rlmm.consumer.wait_ready([TP], timeout=30)
+            assert rlmm.queries.highest_offset_for_epoch(TP, 0) == 109
+            assert rlmm.consumer.records_applied == 2  # only the tail was read
+
+
+def test_a_partition_registered_later_is_loaded_from_the_beginning(rlmm_config, tmp_path) -> None:
+    config = rlmm_config(num_partitions=3)
+    other = partner_of(TP, 3)
+    mp = metadata_partition(TP.topic_id, TP.partition, 3)
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        mine = [add_finished(rlmm, TP, 0, 9), add_finished(rlmm, TP, 10, 19)]
+        theirs = [add_finished(rlmm, other, 0, 99)]  # consumed, skipped: not registered here
+        assert rlmm.status()["counters"] == {"applied": 4, "skipped:not_assigned": 2}
+        assert rlmm.consumer.register([other]).wait(10)
+        assert rlmm.consumer.wait_ready([other], timeout=30)
+        assert [s.segment_id for s in rlmm.queries.list_epoch_segments(other, 0)] == theirs
+        assert [s.segment_id for s in rlmm.queries.list_epoch_segments(TP, 0)] == mine
+        assert rlmm.queries.is_ready(TP)  # stays ready while its metadata partition is read again
+        assert rlmm.status()["counters"] == {"applied": 6, "skipped:not_assigned": 2,
+                                             "skipped:already_processed": 4}
+        assert view.consumer_state() == {}  # the reading again is finished
+        assert view.metadata_offsets() == {mp: 5}
+
+
+def test_a_reading_again_cut_short_starts_over_after_a_restart(rlmm_config, tmp_path) -> None:
+    config = rlmm_config(num_partitions=3)
+    other = partner_of(TP, 3)
+    mp = metadata_partition(TP.topic_id, TP.partition, 3)
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        theirs = [add_finished(rlmm, other, i * 10, i * 10 + 9) for i in range(3)]
+    with View(tmp_path / "view") as view:
+        rlmm = RemoteLogMetadataManager(view, config, [other])
+        rlmm.consumer.hold({mp: 2})  # stopped (or killed) after two records of the six
+        with rlmm:
+            rlmm.wait_applied(mp, 1, timeout=30)
+            assert not rlmm.queries.is_ready(other)
+        assert view.consumer_state() != {}  # the unfinished reading again is on record
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config) as rlmm:
+        assert rlmm.consumer.wait_ready([other], timeout=30)
+        assert [s.segment_id for s in rlmm.queries.list_epoch_segments(other, 0)] == theirs
+        assert view.consumer_state() == {}
+
+
+def test_a_topic_with_another_partition_count_is_refused(rlmm_config, tmp_path) -> None:
+    existing = rlmm_config(num_partitions=3)
+    ensure_topic(AdminClient(existing.admin_config()), existing)
+    config = dataclasses.replace(existing, num_partitions=5)
+    with pytest.raises(TopicMismatchError, match="has 3 partitions but remote.log.metadata.topic.num.partitions is 5"):
+        ensure_topic(AdminClient(config.admin_config()), config)
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        rlmm.consumer.stop(timeout=30)
+        assert isinstance(rlmm.consumer.failure, TopicMismatchError)
+        with pytest.raises(NotInitializedError, match="has 3 partitions"):
+            rlmm.add_remote_log_segment_metadata(segment(TP, 0, 9))
+    run = subprocess.run([sys.executable, "-m", "rlmm.cli", "consume", "--view", str(tmp_path / "cli-view"),
+                          "-b", config.bootstrap_servers, "--set", f"remote.log.metadata.topic.name={config.topic}",
+                          "--set", "remote.log.metadata.topic.num.partitions=5", "--status-every", "0.2"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert "has 3 partitions but remote.log.metadata.topic.num.partitions is 5" in run.stderr
+    assert json.loads(run.stdout.splitlines()[-1])["event"] == "stopped"
+
+
+def test_the_topic_is_created_as_kafka_creates_it(rlmm_config) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    config = rlmm_config(num_partitions=7)
+    admin = AdminClient(config.admin_config())
+    ensure_topic(admin, config)
+    ensure_topic(admin, config)  # an existing topic is used as it is
+    assert len(admin.list_topics(timeout=10).topics[config.topic].partitions) == 7
+    resource = ConfigResource("topic", config.topic)
+    described = admin.describe_configs([resource])[resource].result()
+    values = {name: described[name].value for name in ("retention.ms", "cleanup.policy", "min.insync.replicas")}
+    assert values == {"retention.ms": "-1", "cleanup.policy": "delete", "min.insync.replicas": "1"}
