@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlmm.state.kv import MemoryKV, StagedKV, ceiling, floor, last, scan
+from rlmm.state.kv import MemoryKV, StagedKV, last, scan
 
 keys = st.binary(min_size=1, max_size=3)
 prefixes = st.binary(min_size=1, max_size=2).filter(lambda p: p.strip(b"\xff"))  # the view's prefixes always end
@@ -49,8 +49,8 @@ def test_stage_reads_and_commits_like_direct_writes(before, staged_ops, probe, p
         apply(stage, op)
         assert stage.get("cf", probe) == direct.get("cf", probe)
         assert list(scan(stage, "cf", prefix)) == list(scan(direct, "cf", prefix))
-        assert floor(stage, "cf", probe, prefix) == floor(direct, "cf", probe, prefix)
-        assert ceiling(stage, "cf", probe, prefix) == ceiling(direct, "cf", probe, prefix)
+        assert stage.floor("cf", probe, prefix) == direct.floor("cf", probe, prefix)
+        assert stage.ceiling("cf", probe, prefix) == direct.ceiling("cf", probe, prefix)
         if prefix:
             assert last(stage, "cf", prefix) == last(direct, "cf", prefix)
     commit(stage, base)

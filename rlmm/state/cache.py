@@ -44,6 +44,12 @@ class CachedReadKV:
     def iter_down_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
         return self.base.iter_down_from(cf, key, prefix)
 
+    def floor(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
+        return self.base.floor(cf, key, prefix)
+
+    def ceiling(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
+        return self.base.ceiling(cf, key, prefix)
+
     def committed(self, stage: StagedKV) -> None:
         """Bring the cache up to date with a stage the base has just committed."""
         with self._lock:

@@ -38,6 +38,7 @@ _U64 = struct.Struct(">Q")
 _I32_FLIP = 1 << 31
 _I64_FLIP = 1 << 63
 MAX_OFFSET = (1 << 63) - 1
+MIN_OFFSET = -(1 << 63)
 _TP_IDENTITY = struct.Struct(">16si")
 _EPOCH_KEY = struct.Struct(">4sI")
 _OFFSET_KEY = struct.Struct(">4sIQ")

@@ -28,6 +28,14 @@ class ReadKV(Protocol):
         """Items with ``key' <= key`` that start with ``prefix``, descending."""
         ...
 
+    def floor(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
+        """The greatest item with ``key' <= key`` that starts with ``prefix`` (one seek)."""
+        ...
+
+    def ceiling(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
+        """The least item with ``key' >= key`` that starts with ``prefix`` (one seek)."""
+        ...
+
 
 class WriteKV(ReadKV, Protocol):
     def put(self, cf: str, key: bytes, value: bytes) -> None: ...
@@ -41,16 +49,8 @@ class WriteKV(ReadKV, Protocol):
     def delete_prefix(self, cf: str, prefix: bytes) -> None: ...
 
 
-def floor(kv: ReadKV, cf: str, key: bytes, prefix: bytes) -> Item | None:
-    return next(kv.iter_down_from(cf, key, prefix), None)
-
-
-def ceiling(kv: ReadKV, cf: str, key: bytes, prefix: bytes) -> Item | None:
-    return next(kv.iter_from(cf, key, prefix), None)
-
-
 def last(kv: ReadKV, cf: str, prefix: bytes) -> Item | None:
-    return next(kv.iter_down_from(cf, prefix_end(prefix), prefix), None)
+    return kv.floor(cf, prefix_end(prefix), prefix)
 
 
 def scan(kv: ReadKV, cf: str, prefix: bytes) -> Iterator[Item]:
@@ -81,6 +81,12 @@ class MemoryKV:
         table = self._table(cf)
         for k in _irange_down(table, key, prefix):
             yield k, table[k]
+
+    def floor(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
+        return next(self.iter_down_from(cf, key, prefix), None)
+
+    def ceiling(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
+        return next(self.iter_from(cf, key, prefix), None)
 
     def put(self, cf: str, key: bytes, value: bytes) -> None:
         self._table(cf)[key] = value
@@ -157,6 +163,45 @@ class StagedKV:
         table = self.pending[cf]
         keys = _irange_down(order, key, prefix)
         yield from _merge(base, ((k, table[k]) for k in keys if table[k] is not None), descending=True)
+
+    def _through_stage(self, cf: str, found: Item | None) -> Item | None | bool:
+        """A base item as the stage sees it: itself, its pending value, or False if the stage hides it."""
+        if found is None:
+            return None
+        table = self.pending.get(cf)
+        if table is not None and found[0] in table:
+            value = table[found[0]]
+            return False if value is None else (found[0], value)
+        return False if self._hidden_in_base(cf, found[0]) else found
+
+    # floor and ceiling combine one seek in the base with one bisection in the pending keys; only a
+    # base candidate that the stage hides sends them to the merged iteration.
+
+    def floor(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
+        found = self._through_stage(cf, self.base.floor(cf, key, prefix))
+        if found is False:
+            return next(self.iter_down_from(cf, key, prefix), None)
+        order = self._sorted(cf)
+        if order is None:
+            return found
+        table = self.pending[cf]
+        for k in _irange_down(order, key, prefix):
+            if table[k] is not None:
+                return (k, table[k]) if found is None or k > found[0] else found
+        return found
+
+    def ceiling(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
+        found = self._through_stage(cf, self.base.ceiling(cf, key, prefix))
+        if found is False:
+            return next(self.iter_from(cf, key, prefix), None)
+        order = self._sorted(cf)
+        if order is None:
+            return found
+        table = self.pending[cf]
+        for k in _irange_up(order, key, prefix):
+            if table[k] is not None:
+                return (k, table[k]) if found is None or k < found[0] else found
+        return found
 
     def _set(self, cf: str, key: bytes, value: bytes | None) -> None:
         table = self.pending.get(cf)

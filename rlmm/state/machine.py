@@ -423,8 +423,8 @@ class StateMachine:
             old = None if raw is None else RefEntry.unpack(raw)
             if old is not None and old.segment_id != entry.segment_id:
                 self._membership(er, tpid, epoch, old.segment_id, REFERENCED, False, old.size)
-            prev = None if start == er.first_key else self._neighbour_below(prefix, key)
-            nxt = None if start == er.last_key else self._neighbour_above(prefix, key)
+            prev = None if start == er.first_key else self._neighbour_below(prefix, start)
+            nxt = None if start == er.last_key else self._neighbour_above(prefix, start)
         if start == er.last_key:
             er.last_end = entry.end_offset
         if old is None:
@@ -442,8 +442,8 @@ class StateMachine:
     def _referenced_remove(self, er: EpochRow, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
         prefix = K.epoch_prefix(tpid, epoch)
         key = K.offset_key(tpid, epoch, start)
-        prev = None if start == er.first_key else self._neighbour_below(prefix, key)
-        nxt = None if start == er.last_key else self._neighbour_above(prefix, key)
+        prev = None if start == er.first_key else self._neighbour_below(prefix, start)
+        nxt = None if start == er.last_key else self._neighbour_above(prefix, start)
         self.kv.delete(K.OFFSETS, key)
         self._update_index(K.TXN, key, not entry.txn_index_empty, False)
         self._update_index(K.BREAKS, key, _is_break(entry, nxt), False)
@@ -460,17 +460,17 @@ class StateMachine:
     def _ref(self, tpid: bytes, epoch: int, start: int) -> RefEntry:
         return RefEntry.unpack(self.kv.get(K.OFFSETS, K.offset_key(tpid, epoch, start)))
 
-    def _neighbour_below(self, prefix: bytes, key: bytes) -> tuple[int, RefEntry] | None:
-        for k, v in self.kv.iter_down_from(K.OFFSETS, key, prefix):
-            if k != key:
-                return K.read_offset(k, 8), RefEntry.unpack(v)
-        return None
+    def _neighbour_below(self, prefix: bytes, start: int) -> tuple[int, RefEntry] | None:
+        if start == K.MIN_OFFSET:
+            return None
+        found = self.kv.floor(K.OFFSETS, prefix + K.offset_bytes(start - 1), prefix)
+        return None if found is None else (K.read_offset(found[0], 8), RefEntry.unpack(found[1]))
 
-    def _neighbour_above(self, prefix: bytes, key: bytes) -> tuple[int, RefEntry] | None:
-        for k, v in self.kv.iter_from(K.OFFSETS, key, prefix):
-            if k != key:
-                return K.read_offset(k, 8), RefEntry.unpack(v)
-        return None
+    def _neighbour_above(self, prefix: bytes, start: int) -> tuple[int, RefEntry] | None:
+        if start == K.MAX_OFFSET:
+            return None
+        found = self.kv.ceiling(K.OFFSETS, prefix + K.offset_bytes(start + 1), prefix)
+        return None if found is None else (K.read_offset(found[0], 8), RefEntry.unpack(found[1]))
 
     def _update_index(self, cf: str, key: bytes, was: bool, now: bool) -> None:
         if now and not was:

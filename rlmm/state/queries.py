@@ -14,7 +14,7 @@ from rlmm.records.serde import decode_value
 from rlmm.records.uuid import uuid_to_str
 from rlmm.state import keys as K
 from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
-from rlmm.state.kv import ReadKV, ceiling, floor, last, scan
+from rlmm.state.kv import ReadKV, last, scan
 from rlmm.state.machine import load_segment
 from rlmm.state.rows import EpochRow, PartitionRow, RefEntry
 
@@ -45,7 +45,7 @@ class Queries:
         answered from the epoch row, without a seek through deleted entries."""
         if er is None or er.first_key is None or offset < er.first_key:
             return None
-        item = floor(self.kv, K.OFFSETS, K.offset_key(tpid, epoch, offset), K.epoch_prefix(tpid, epoch))
+        item = self.kv.floor(K.OFFSETS, K.offset_key(tpid, epoch, offset), K.epoch_prefix(tpid, epoch))
         if item is None:
             return None
         entry = RefEntry.unpack(item[1])
@@ -116,10 +116,10 @@ class Queries:
             if not entry.txn_index_empty:
                 return decode_value(entry.value)
             stop = K.offset_key(tpid, epoch, er.last_key)
-            chain_break = ceiling(self.kv, K.BREAKS, key, prefix)
+            chain_break = self.kv.ceiling(K.BREAKS, key, prefix)
             if chain_break is not None and chain_break[0] < stop:
                 stop = chain_break[0]
-            with_txn = ceiling(self.kv, K.TXN, key, prefix)
+            with_txn = self.kv.ceiling(K.TXN, key, prefix)
             if with_txn is not None and with_txn[0] <= stop:
                 return decode_value(RefEntry.unpack(self.kv.get(K.OFFSETS, with_txn[0])).value)
             last_of_run = RefEntry.unpack(self.kv.get(K.OFFSETS, stop))

@@ -79,6 +79,27 @@ class RocksKV:
                 return
             it.prev()  # keys past the prefix's range can only come first
 
+    def floor(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
+        it = self.cfs[cf].iter()
+        it.seek_for_prev(key)
+        while it.valid():
+            k = it.key()
+            if k.startswith(prefix):
+                return k, it.value()
+            if k < prefix:
+                return None
+            it.prev()
+        return None
+
+    def ceiling(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
+        it = self.cfs[cf].iter()
+        it.seek(max(key, prefix))
+        if it.valid():
+            k = it.key()
+            if k.startswith(prefix):
+                return k, it.value()
+        return None
+
     def commit(self, stage: StagedKV) -> None:
         """Write everything staged as one atomic batch (range deletions first, they came first)."""
         batch = WriteBatch(raw_mode=True)
