@@ -23,7 +23,7 @@ from rlmm.state.kv import Item, StagedKV
 class RocksKV:
     """Read side of the ``ReadKV`` protocol over an open database, plus atomic commits of a stage."""
 
-    def __init__(self, path: Path, *, cache_mb: int = 64, write_buffer_mb: int = 64, sync: bool = False,
+    def __init__(self, path: Path, *, cache_mb: int = 32, write_buffer_mb: int = 32, sync: bool = False,
                  read_only: bool = False) -> None:
         cache = Cache(cache_mb << 20)
         table = BlockBasedOptions()

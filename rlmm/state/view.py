@@ -108,7 +108,7 @@ class Batch:
 
 
 class View:
-    def __init__(self, path: str | Path, *, sync: bool = False, cache_mb: int = 64, write_buffer_mb: int = 64,
+    def __init__(self, path: str | Path, *, sync: bool = False, cache_mb: int = 32, write_buffer_mb: int = 32,
                  read_only: bool = False) -> None:
         """``read_only`` opens an existing view beside the process that writes it (operations tools)."""
         self.path = Path(path)
