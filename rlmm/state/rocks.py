@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+import threading
 from pathlib import Path
 
 from rocksdict import (
@@ -45,12 +46,22 @@ class RocksKV:
         self.handles = {cf: self.db.get_column_family_handle(cf) for cf in K.COLUMN_FAMILIES}
         self.write_options = WriteOptions()
         self.write_options.sync = sync
+        # one iterator per (thread, column family) for floor/ceiling, dropped at every commit so that a
+        # reused iterator never shows a state older than the last commit
+        self._iterators: dict[tuple[int, str], object] = {}
 
     def close(self) -> None:
         """Close the database; it is only released once no column family object refers to it."""
+        self._iterators = {}
         self.cfs.clear()
         self.handles.clear()
         self.db.close()
+
+    def flush(self) -> None:
+        """Sync the WAL and write every column family's memtable to table files."""
+        self.db.flush_wal(True)
+        for cf in self.cfs.values():
+            cf.flush()
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         return self.cfs[cf].get(key)
@@ -79,8 +90,16 @@ class RocksKV:
                 return
             it.prev()  # keys past the prefix's range can only come first
 
+    def _iterator(self, cf: str):
+        slot = (threading.get_ident(), cf)
+        iterators = self._iterators
+        it = iterators.get(slot)
+        if it is None:
+            it = iterators[slot] = self.cfs[cf].iter()
+        return it
+
     def floor(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
-        it = self.cfs[cf].iter()
+        it = self._iterator(cf)
         it.seek_for_prev(key)
         while it.valid():
             k = it.key()
@@ -92,7 +111,7 @@ class RocksKV:
         return None
 
     def ceiling(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
-        it = self.cfs[cf].iter()
+        it = self._iterator(cf)
         it.seek(max(key, prefix))
         if it.valid():
             k = it.key()
@@ -115,3 +134,4 @@ class RocksKV:
                     batch.put(key, value, handle)
         if not batch.is_empty():
             self.db.write(batch, self.write_options)
+            self._iterators = {}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from rlmm.records.model import fast_constructor
+
 _NONE = -(1 << 63)  # stands for "absent" in optional int64 fields (Kafka never stores Long.MIN_VALUE here)
 
 
@@ -96,9 +98,11 @@ class RefEntry:
 
     @classmethod
     def unpack(cls, data: bytes) -> RefEntry:
-        return cls(*cls._LAYOUT.unpack_from(data), data[cls._LAYOUT.size:])
+        return _new_ref_entry(*_REF_ENTRY.unpack_from(data), data[_REF_ENTRY.size:])
 
 
+_REF_ENTRY = RefEntry._LAYOUT
+_new_ref_entry = fast_constructor(RefEntry)
 _MEMBERSHIP = struct.Struct(">iB")
 
 

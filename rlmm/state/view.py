@@ -138,6 +138,10 @@ class View:
     def close(self) -> None:
         self._kv.close()
 
+    def flush(self) -> None:
+        """Make every committed batch durable (fsync) and move it out of the WAL, for a clean shutdown."""
+        self._kv.flush()
+
     def __enter__(self) -> View:
         return self
 
