@@ -159,22 +159,28 @@ def _segment_state(state_id: int) -> SegmentState:
     raise DecodeError(f"unknown remote log segment state id {state_id}", _NULL_POINTER)
 
 
+def _read_segment_id(data: bytes, p: int, unknown: list[tuple[str, int, bytes]]) -> tuple[str, bytes, int, bytes, int]:
+    """RemoteLogSegmentIdEntry: (topic name, topic id, partition, segment id, next position)."""
+    topic, p = read_string(data, p, "topic name")
+    topic_id, partition, n = UUID_I32_B.unpack_from(data, p)
+    p += 20
+    if n:
+        _, p = read_tags(data, p, "segment_id.topic_id_partition", unknown)
+    else:
+        p += 1
+    segment_id, n = UUID_B.unpack_from(data, p)
+    p += 16
+    if n:
+        _, p = read_tags(data, p, "segment_id", unknown)
+    else:
+        p += 1
+    return topic, topic_id, partition, segment_id, p
+
+
 def _read_segment(data: bytes, p: int) -> SegmentMetadata:
     unknown: list[tuple[str, int, bytes]] = []
     try:
-        topic, p = read_string(data, p, "topic name")
-        topic_id, partition, n = UUID_I32_B.unpack_from(data, p)
-        p += 20
-        if n:
-            _, p = read_tags(data, p, "segment_id.topic_id_partition", unknown)
-        else:
-            p += 1
-        segment_id, n = UUID_B.unpack_from(data, p)
-        p += 16
-        if n:
-            _, p = read_tags(data, p, "segment_id", unknown)
-        else:
-            p += 1
+        topic, topic_id, partition, segment_id, p = _read_segment_id(data, p, unknown)
         start, end, broker, max_ts, event_ts, n = SEGMENT_RUN_B.unpack_from(data, p)
         epochs, p = _read_epochs(data, p + 36, n, unknown)
         size, n = I32_B.unpack_from(data, p)
@@ -303,19 +309,7 @@ def _read_common_segment(data: bytes) -> SegmentMetadata | None:
 def _read_update(data: bytes, p: int) -> SegmentUpdate:
     unknown: list[tuple[str, int, bytes]] = []
     try:
-        topic, p = read_string(data, p, "topic name")
-        topic_id, partition, n = UUID_I32_B.unpack_from(data, p)
-        p += 20
-        if n:
-            _, p = read_tags(data, p, "segment_id.topic_id_partition", unknown)
-        else:
-            p += 1
-        segment_id, n = UUID_B.unpack_from(data, p)
-        p += 16
-        if n:
-            _, p = read_tags(data, p, "segment_id", unknown)
-        else:
-            p += 1
+        topic, topic_id, partition, segment_id, p = _read_segment_id(data, p, unknown)
         broker, event_ts, n = I32_I64_B.unpack_from(data, p)
         custom, p = _read_custom_metadata(data, p + 12, n)
         state_id, n = I8_B.unpack_from(data, p)
