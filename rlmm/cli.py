@@ -187,5 +187,15 @@ def broker(port: int | None, log_level: str) -> None:
         stop.wait()
 
 
+from rlmm.server.commands import query, serve  # noqa: E402  (the gRPC service's commands)
+
+main.add_command(serve)
+main.add_command(query)
+
+from snapshots.cli import archive as _archive, snapshot as _snapshot  # noqa: E402  (snapshot commands)
+
+main.add_command(_snapshot)
+main.add_command(_archive)
+
 if __name__ == "__main__":
     main()

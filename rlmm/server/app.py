@@ -1,0 +1,135 @@
+"""The gRPC server: the service, the standard health service and reflection, TLS or mutual TLS, thread
+pools per kind of call; and ``run``, the process behind ``rlmm serve``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from consumers.manager import RemoteLogMetadataManager
+from rlmm.server.auth import WriteAuthorization
+from rlmm.server.backend import Backend
+from rlmm.server.config import ServeSettings, split_address
+from rlmm.server.metrics import Metrics
+from rlmm.server.servicer import SERVICE_NAME, RlmmServicer, add_to_server
+from rlmm.state.view import View
+
+log = logging.getLogger(__name__)
+
+HEALTH_POLL_S = 0.2
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def server_credentials(settings: ServeSettings) -> grpc.ServerCredentials | None:
+    if settings.tls_cert is None:
+        return None
+    client_ca = None if settings.tls_client_ca is None else settings.tls_client_ca.read_bytes()
+    return grpc.ssl_server_credentials([(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())],
+                                       root_certificates=client_ca, require_client_auth=client_ca is not None)
+
+
+class RlmmServer:
+    """``RlmmServer(backend, settings).start()``; ``port`` is the bound port, ``stop`` drains."""
+
+    def __init__(self, backend: Backend, settings: ServeSettings, metrics: Metrics | None = None) -> None:
+        self.backend = backend
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self._pools = {"read": ThreadPoolExecutor(settings.read_threads, "rlmm-read"),
+                       "stream": ThreadPoolExecutor(settings.stream_threads, "rlmm-stream"),
+                       "write": ThreadPoolExecutor(settings.write_threads, "rlmm-write")}
+        self.servicer = RlmmServicer(
+            backend, metrics=self.metrics, pools=self._pools, max_batch_lookups=settings.max_batch_lookups,
+            stream_chunk=settings.stream_chunk, retry_after_s=settings.retry_after_ms / 1000,
+            auth=WriteAuthorization(settings.write_subjects, [t.get_secret_value() for t in settings.write_tokens]))
+        # health answers Watch from the stream pool, so that a watcher never holds a read thread
+        self.health = health.HealthServicer(experimental_non_blocking=True,
+                                            experimental_thread_pool=self._pools["stream"])
+        self._server = grpc.server(self._pools["read"], maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+                                   options=[("grpc.so_reuseport", 0)])  # a second server on the port fails
+        add_to_server(self.servicer, self._server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            self._server)
+        credentials = server_credentials(settings)
+        host, port = split_address(settings.listen)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.port = (self._server.add_secure_port(address, credentials) if credentials is not None
+                     else self._server.add_insecure_port(address))
+        self._stopping = threading.Event()
+        self._health_thread = threading.Thread(target=self._watch_health, name="rlmm-health", daemon=True)
+
+    def start(self) -> RlmmServer:
+        self._set_health(self.backend.serving())
+        self._server.start()
+        self._health_thread.start()
+        log.info("serving", extra={"port": self.port, "tls": self.settings.tls_cert is not None,
+                                   "mutual_tls": self.settings.tls_client_ca is not None,
+                                   "consumes": self.backend.consumes})
+        return self
+
+    def _set_health(self, serving: bool) -> None:
+        for service in ("", SERVICE_NAME):
+            self.health.set(service, _SERVING if serving else _NOT_SERVING)
+
+    def _watch_health(self) -> None:
+        """Health follows the backend: SERVING once the view is open and the consumer runs."""
+        serving = None
+        while not self._stopping.wait(HEALTH_POLL_S):
+            now = self.backend.serving()
+            if now != serving:
+                log.info("health", extra={"serving": now})
+                self._set_health(now)
+                serving = now
+
+    def stop(self, grace: float | None = None) -> None:
+        """NOT_SERVING at once; refuse new calls and let those in flight finish within ``grace`` seconds."""
+        self._stopping.set()
+        self.health.enter_graceful_shutdown()
+        self._server.stop(self.settings.grace_s if grace is None else grace).wait()
+        for pool in self._pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+        log.info("stopped serving")
+
+
+def run(settings: ServeSettings, started: Callable[[dict], None]) -> None:
+    """Open the view, start the consumer (with Kafka) and the server, and serve until SIGTERM/SIGINT; then
+    drain the calls in flight, stop the consumer, flush and close the view. ``started`` gets the bound
+    ports once serving."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    config = settings.rlmm_config()
+    with View(settings.view, sync=settings.sync, cache_mb=settings.cache_mb) as view:
+        manager = None if config is None else RemoteLogMetadataManager(view, config, settings.initial_partitions())
+        if manager is not None:
+            manager.start()
+        try:
+            backend = Backend(view, manager)
+            metrics = Metrics()
+            metrics.watch(backend)
+            server = RlmmServer(backend, settings, metrics).start()
+            metrics_port = None
+            if settings.metrics_listen is not None:
+                metrics_port = metrics.serve_http(*split_address(settings.metrics_listen))
+            started({"event": "serving", "port": server.port, "metrics_port": metrics_port,
+                     "consumes": manager is not None, "pid": os.getpid()})
+            stop.wait()
+            log.info("stopping: draining calls in flight", extra={"grace_s": settings.grace_s})
+            server.stop()
+        finally:
+            if manager is not None:
+                manager.close()
+            view.flush()
+    log.info("view closed", extra={"view": str(settings.view)})
+

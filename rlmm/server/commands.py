@@ -1,0 +1,205 @@
+"""``rlmm serve`` (the gRPC service) and ``rlmm query ...`` (its calls from the command line)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from rlmm.records.canonical import to_canonical
+
+
+@click.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), envvar="RLMM_CONFIG",
+              help="TOML file with the settings (or RLMM_CONFIG); environment variables RLMM_<NAME> and these "
+                   "flags override it.")
+@click.option("--view", "view", type=click.Path(file_okay=False, path_type=Path), help="The view's directory.")
+@click.option("--listen", help="gRPC address HOST:PORT [127.0.0.1:50051].")
+@click.option("--bootstrap-server", "-b", "bootstrap_servers",
+              help="Kafka bootstrap servers; without them the view is served read-only.")
+@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
+              help="A Kafka-named setting, e.g. remote.log.metadata.topic.num.partitions=50 (repeatable).")
+@click.option("--partition", "partitions", multiple=True, metavar="TOPIC_ID:TOPIC:PARTITION",
+              help="Register a user partition at start (repeatable).")
+@click.option("--metrics-listen", help="Serve Prometheus /metrics on HOST:PORT.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path), help="Server certificate (PEM).")
+@click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path), help="Server private key (PEM).")
+@click.option("--tls-client-ca", type=click.Path(dir_okay=False, path_type=Path),
+              help="CA (PEM) of client certificates: require mutual TLS.")
+@click.option("--write-subject", "write_subjects", multiple=True,
+              help="A client certificate subject (or CN) allowed to write (repeatable); tokens go in the file "
+                   "or RLMM_WRITE_TOKENS.")
+@click.option("--grace-s", type=float, help="Seconds in-flight calls get on SIGTERM [30].")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--log-format", type=click.Choice(["json", "text"]))
+def serve(config_file: Path | None, settings: tuple[str, ...], **flags) -> None:
+    """Serve the RLMM gRPC API over a view, consuming Kafka into it when bootstrap servers are given.
+
+    Prints one JSON line {"event": "serving", "port": ..., "metrics_port": ..., "pid": ...} once serving.
+    SIGTERM/SIGINT: health turns NOT_SERVING, calls in flight finish (within the grace period), the
+    consumer stops, the view is flushed and closed."""
+    from pydantic import ValidationError
+
+    from rlmm.server.app import run
+    from rlmm.server.config import load_settings
+    from rlmm.server.logs import setup_logging
+
+    try:
+        kafka = dict(_setting(s) for s in settings)
+        config = load_settings(config_file, kafka=kafka, **flags)
+    except (ValueError, ValidationError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    setup_logging(config.log_level, config.log_format)
+    run(config, lambda line: click.echo(json.dumps(line)))
+
+
+def _setting(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise ValueError(f"--set expects NAME=VALUE, got {text!r}")
+    return name, value
+
+
+# ---- rlmm query ----------------------------------------------------------------------------------------
+
+
+@click.group()
+@click.option("--target", "-t", default="127.0.0.1:50051", show_default=True, envvar="RLMM_TARGET",
+              help="The server, HOST:PORT (or RLMM_TARGET).")
+@click.option("--ca", type=click.Path(dir_okay=False, path_type=Path), help="Verify the server's TLS certificate "
+              "with this CA (PEM).")
+@click.option("--tls", is_flag=True, help="Use TLS, verified with the system's CAs.")
+@click.option("--cert", type=click.Path(dir_okay=False, path_type=Path), help="Client certificate (mutual TLS).")
+@click.option("--key", type=click.Path(dir_okay=False, path_type=Path), help="Client private key (mutual TLS).")
+@click.option("--token", envvar="RLMM_TOKEN", help="Bearer token for writes (or RLMM_TOKEN).")
+@click.option("--timeout", type=float, default=10.0, show_default=True, help="Deadline of each attempt, seconds.")
+@click.option("--retry-for", type=float, default=10.0, show_default=True,
+              help="Keep retrying UNAVAILABLE this long, seconds.")
+@click.pass_context
+def query(ctx: click.Context, target: str, ca: Path | None, tls: bool, cert: Path | None, key: Path | None,
+          token: str | None, timeout: float, retry_for: float) -> None:
+    """Ask a running rlmm server (one JSON line per answer). Partitions are TOPIC_ID:TOPIC:PARTITION.
+
+    Exit code 1 when the call fails; the error is printed as JSON on stdout too
+    ({"error": CODE, "message": ..., "kafka_exception": ...})."""
+    from rlmm.client import RlmmClient
+
+    client = RlmmClient.from_files(target, ca=ca, cert=cert, key=key, tls=tls, token=token, timeout=timeout,
+                                   retry_for=retry_for)
+    ctx.obj = ctx.with_resource(client)
+
+
+def _partition(ctx, param, value: str):
+    from consumers.service import parse_partition
+
+    try:
+        return parse_partition(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+PARTITION = click.argument("partition", callback=_partition)
+
+
+def _answer(call: Callable[[], object]) -> None:
+    from rlmm.client import RlmmError
+
+    try:
+        result = call()
+    except RlmmError as exc:
+        click.echo(json.dumps({"error": exc.code.name, "message": exc.message, "reason": exc.reason,
+                               "kafka_exception": exc.kafka_exception}))
+        sys.exit(1)
+    click.echo(json.dumps(_json(result)))
+
+
+def _json(value: object) -> object:
+    if isinstance(value, list):
+        return [_json(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str, dict)):
+        return value
+    return to_canonical(value)
+
+
+@query.command("segment")
+@PARTITION
+@click.argument("epoch", type=int)
+@click.argument("offset", type=int)
+@click.pass_obj
+def segment(client, partition, epoch: int, offset: int) -> None:
+    """The segment holding OFFSET of leader EPOCH (null when none)."""
+    _answer(lambda: client.remote_log_segment_metadata(partition, epoch, offset))
+
+
+@query.command("highest-offset")
+@PARTITION
+@click.argument("epoch", type=int)
+@click.pass_obj
+def highest_offset(client, partition, epoch: int) -> None:
+    """Highest offset copied for leader EPOCH (null when none)."""
+    _answer(lambda: client.highest_offset_for_epoch(partition, epoch))
+
+
+@query.command("list")
+@PARTITION
+@click.option("--epoch", type=int, help="Only the segments of this leader epoch, in Kafka's order.")
+@click.pass_obj
+def list_segments(client, partition, epoch: int | None) -> None:
+    """The partition's segments."""
+    if epoch is None:
+        _answer(lambda: client.list_remote_log_segments(partition))
+    else:
+        _answer(lambda: client.list_epoch_segments(partition, epoch))
+
+
+@query.command("size")
+@PARTITION
+@click.option("--epoch", type=int, help="Only what this leader epoch tracks.")
+@click.pass_obj
+def size(client, partition, epoch: int | None) -> None:
+    """Bytes in remote storage."""
+    _answer(lambda: client.remote_log_size(partition, epoch))
+
+
+@query.command("next-txn")
+@PARTITION
+@click.argument("epoch", type=int)
+@click.argument("offset", type=int)
+@click.pass_obj
+def next_txn(client, partition, epoch: int, offset: int) -> None:
+    """The next segment from OFFSET on, in leader EPOCH, with a transaction index."""
+    _answer(lambda: client.next_segment_with_txn_index(partition, epoch, offset))
+
+
+@query.command("max-timestamp")
+@PARTITION
+@click.pass_obj
+def max_timestamp(client, partition) -> None:
+    """The finished segment with the largest max timestamp."""
+    _answer(lambda: client.max_timestamp(partition))
+
+
+@query.command("ready")
+@PARTITION
+@click.pass_obj
+def ready(client, partition) -> None:
+    """Whether the partition's metadata is loaded."""
+    _answer(lambda: client.is_ready(partition))
+
+
+@query.command("status")
+@click.pass_obj
+def status(client) -> None:
+    """Consumer position and lag per metadata partition, counters, quarantine."""
+    _answer(client.status)
+
+
+@query.command("health")
+@click.option("--service", default="", help="A service name (default: the whole server).")
+@click.pass_obj
+def health(client, service: str) -> None:
+    """The grpc.health.v1 status."""
+    _answer(lambda: client.health(service))

@@ -1,0 +1,129 @@
+"""The configuration of ``rlmm serve``: one model, read from a TOML file (``--config``), environment
+variables (``RLMM_`` + the field name in capitals, e.g. ``RLMM_LISTEN``; lists and tables as JSON) and
+command-line flags, each overriding the one before.
+
+Kafka's settings keep Kafka's names, in the ``kafka`` table (``remote.log.metadata.topic.num.partitions``,
+``remote.log.metadata.consumer.*``, ...): they are handed to ``consumers.config.RlmmConfig.from_properties``
+as they are. ``remote.log.metadata.common.client.bootstrap.servers`` there may stand in for
+``bootstrap_servers``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
+
+from consumers.config import COMMON_CLIENT_PREFIX, RlmmConfig
+from consumers.service import parse_partition
+from rlmm.records.model import TopicIdPartition
+
+BOOTSTRAP_PROPERTY = COMMON_CLIENT_PREFIX + "bootstrap.servers"
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``) -> (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+class ServeSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RLMM_", extra="forbid")
+
+    view: Path = Field(description="The view's directory (created when missing).")
+    listen: str = Field("127.0.0.1:50051", description="gRPC address, HOST:PORT (port 0: a free one).")
+    bootstrap_servers: str | None = Field(
+        None, description="Kafka bootstrap servers. Without them the view is served read-only: no consumer, no "
+                          "writes, no registrations.")
+    kafka: dict[str, str | int | bool] = Field(default_factory=dict,
+                                               description="Kafka-named settings (remote.log.metadata.*).")
+    partitions: list[str] = Field(default_factory=list,
+                                  description="User partitions to register at start, TOPIC_ID:TOPIC:PARTITION.")
+    metrics_listen: str | None = Field(None, description="Prometheus /metrics address, HOST:PORT (unset: none).")
+    tls_cert: Path | None = Field(None, description="Server certificate chain (PEM): serve TLS.")
+    tls_key: Path | None = Field(None, description="Server private key (PEM).")
+    tls_client_ca: Path | None = Field(None, description="CA bundle (PEM) for client certificates: mutual TLS, "
+                                                         "every client must present one it signed.")
+    write_subjects: list[str] = Field(default_factory=list,
+                                      description="Client certificate subjects (RFC 2253, or the CN alone) allowed "
+                                                  "to write and register. Setting this or write_tokens turns write "
+                                                  "authorization on.")
+    write_tokens: list[SecretStr] = Field(default_factory=list,
+                                          description="Bearer tokens allowed to write and register.")
+    read_threads: int = Field(2, ge=1, description="Threads answering reads (more only adds contention here).")
+    stream_threads: int = Field(4, ge=1, description="Threads serving ListRemoteLogSegments streams.")
+    write_threads: int = Field(16, ge=1, description="Threads for writes and registrations, which wait for "
+                                                     "the topic.")
+    max_concurrent_rpcs: int = Field(1000, ge=1, description="Calls in progress beyond this get RESOURCE_EXHAUSTED.")
+    max_batch_lookups: int = Field(10_000, ge=1, description="Lookups one BatchRemoteLogSegmentMetadata may hold.")
+    stream_chunk: int = Field(500, ge=1, description="Segments per ListRemoteLogSegments message.")
+    retry_after_ms: int = Field(500, ge=0, description="Retry delay suggested with UNAVAILABLE.")
+    grace_s: float = Field(30.0, ge=0, description="On SIGTERM, how long in-flight calls may take to finish.")
+    sync: bool = Field(False, description="fsync each view write batch.")
+    cache_mb: int = Field(64, ge=1, description="RocksDB block cache of the view.")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "text"] = "json"
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+
+    @field_validator("listen", "metrics_listen")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_address(value)
+        return value
+
+    @field_validator("partitions")
+    @classmethod
+    def _partitions(cls, values: list[str]) -> list[str]:
+        for value in values:
+            parse_partition(value)
+        return values
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServeSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("tls_client_ca (mutual TLS) needs tls_cert and tls_key")
+        if self.write_subjects and self.tls_client_ca is None:
+            raise ValueError("write_subjects needs mutual TLS (tls_client_ca): without it no client presents a "
+                             "certificate")
+        if (self.kafka or self.partitions) and self.bootstrap is None:
+            raise ValueError("kafka settings and partitions need bootstrap servers")
+        self.rlmm_config()  # Kafka's names and values checked now, not when the consumer starts
+        return self
+
+    @property
+    def bootstrap(self) -> str | None:
+        bootstrap = self.bootstrap_servers or self.kafka.get(BOOTSTRAP_PROPERTY)
+        return None if bootstrap is None else str(bootstrap)
+
+    def rlmm_config(self) -> RlmmConfig | None:
+        """The consumer's configuration, None without Kafka."""
+        if self.bootstrap is None:
+            return None
+        properties = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in self.kafka.items()}
+        return RlmmConfig.from_properties(self.bootstrap, properties)
+
+    def initial_partitions(self) -> list[TopicIdPartition]:
+        return [parse_partition(p) for p in self.partitions]
+
+
+def load_settings(config_file: Path | None = None, **overrides: object) -> ServeSettings:
+    """Settings from ``config_file`` (TOML), then the environment, then ``overrides`` (flags; None and
+    empty values are left out)."""
+    cls = ServeSettings
+    if config_file is not None:
+        if not config_file.is_file():
+            raise ValueError(f"no configuration file {config_file}")
+        cls = type("ServeSettings", (ServeSettings,), {"model_config": {**ServeSettings.model_config,
+                                                                        "toml_file": config_file}})
+    return cls(**{k: v for k, v in overrides.items() if v not in (None, (), [], {})})

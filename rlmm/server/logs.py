@@ -1,0 +1,29 @@
+"""Structured logs: one JSON object per line on stderr (``--log-format json``, the default of
+``rlmm serve``), with the fields a call adds through ``extra=`` (method, code, peer, ...)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = {"ts": round(record.created, 6), "level": record.levelname.lower(), "logger": record.name,
+                "message": record.getMessage()}
+        line.update((k, v) for k, v in vars(record).items() if k not in _STANDARD)
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def setup_logging(level: str, fmt: str = "json") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())

@@ -1,0 +1,92 @@
+"""Prometheus metrics: per-method calls and latency (recorded by the servicer), and, read at scrape
+time, what the view and the consumer say (records applied, lag, quarantine, view size)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from rlmm.server.backend import Backend
+
+# sub-millisecond resolution: a unary call takes a fraction of a millisecond here
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self._calls = Counter("rlmm_grpc_requests", "gRPC calls handled, by method and status code",
+                              ["method", "code"], registry=self.registry)
+        self._latency = Histogram("rlmm_grpc_request_duration_seconds", "Time to handle a gRPC call, by method",
+                                  ["method"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.lookups = Counter("rlmm_batch_lookups", "Lookups answered by BatchRemoteLogSegmentMetadata",
+                               registry=self.registry)
+        self._children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+
+    def observe(self, method: str, code: str, seconds: float) -> None:
+        key = (method, code)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (self._calls.labels(method, code), self._latency.labels(method))
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def watch(self, backend: Backend) -> None:
+        self.registry.register(_ViewCollector(backend))
+
+    def serve_http(self, host: str, port: int) -> int:
+        """Expose ``/metrics`` over HTTP; returns the bound port (``port`` 0 picks a free one)."""
+        server, _ = start_http_server(port, host, registry=self.registry)
+        return server.server_address[1]
+
+
+class _ViewCollector(Collector):
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def collect(self) -> Iterator:
+        status = self.backend.status()
+        yield GaugeMetricFamily("rlmm_serving", "1 when the health service reports SERVING", value=status.serving)
+        yield CounterMetricFamily("rlmm_records_applied", "Records of the metadata topic applied by this process "
+                                  "(its rate is the apply rate)", value=self.backend.records_applied())
+        results = CounterMetricFamily("rlmm_view_records", "Records the view handled since it was created, by "
+                                      "result", labels=["result"])
+        for name, count in sorted(status.counters.items()):
+            results.add_metric([name], count)
+        yield results
+        yield GaugeMetricFamily("rlmm_quarantined_records", "Records kept aside in the view's quarantine",
+                                value=status.quarantined)
+        lag = GaugeMetricFamily("rlmm_metadata_partition_lag", "Records behind the end offset, per metadata "
+                                "partition", labels=["partition"])
+        applied = GaugeMetricFamily("rlmm_metadata_partition_applied_offset", "Last offset applied to the view, "
+                                    "per metadata partition", labels=["partition"])
+        for mp in status.metadata_partitions:
+            if mp.lag is not None:
+                lag.add_metric([str(mp.partition)], mp.lag)
+            if mp.applied_offset is not None:
+                applied.add_metric([str(mp.partition)], mp.applied_offset)
+        yield lag
+        yield applied
+        yield GaugeMetricFamily("rlmm_view_segments", "Segments in the view", value=status.segments)
+        partitions = GaugeMetricFamily("rlmm_view_partitions", "Registered user partitions, by state",
+                                       labels=["state"])
+        partitions.add_metric(["registered"], status.registered_partitions)
+        partitions.add_metric(["loading"], status.loading_partitions)
+        yield partitions
+        yield GaugeMetricFamily("rlmm_view_disk_bytes", "Size of the view's files on disk",
+                                value=_disk_bytes(self.backend.view.path))
+
+
+def _disk_bytes(path: Path) -> int:
+    total = 0
+    for entry in os.scandir(path):
+        try:
+            total += entry.stat().st_size if entry.is_file() else 0
+        except FileNotFoundError:  # compaction removed it meanwhile
+            pass
+    return total

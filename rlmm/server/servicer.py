@@ -1,0 +1,295 @@
+"""The RemoteLogMetadataService: every call checks and converts its request (``convert``), asks the
+backend, and answers. Exceptions become statuses (``errors``) in one place, the wrapper each method
+gets in ``RlmmServicer.__init__``, which also records the call's metrics. Nothing a request holds
+can make a call fail otherwise than with a status: an unexpected exception is logged and answered
+INTERNAL, and the server goes on."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Executor
+
+import grpc
+from google.protobuf.message import DecodeError
+from google.protobuf.message_factory import GetMessageClass
+
+from rlmm.records.model import SegmentMetadata, TopicIdPartition
+from rlmm.records.serde import encode_value
+from rlmm.records.uuid import uuid_to_str
+from rlmm.server import convert
+from rlmm.server.auth import WriteAuthorization
+from rlmm.server.backend import Backend
+from rlmm.server.convert import ArgumentError, not_negative, partition_of, required
+from rlmm.server.errors import failure_of, internal
+from rlmm.server.metrics import Metrics
+from rlmm.state.errors import KafkaStateError, RemoteResourceNotFound
+from rlmm.v1 import service_pb2 as api
+from rlmm.v1 import service_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE = api.DESCRIPTOR.services_by_name["RemoteLogMetadataService"]
+SERVICE_NAME = SERVICE.full_name
+WRITES = frozenset({"AddRemoteLogSegmentMetadata", "UpdateRemoteLogSegmentMetadata", "PutRemotePartitionDeleteMetadata",
+                    "OnPartitionLeadershipChanges", "OnStopPartitions"})
+_NOT_FOUND, _UNAVAILABLE = grpc.StatusCode.NOT_FOUND.value[0], grpc.StatusCode.UNAVAILABLE.value[0]
+
+
+def method_kind(name: str) -> str:
+    """Which thread pool serves a method: "write" (waits for the topic), "stream" (paced by the
+    client) or "read" (a few index seeks)."""
+    if name in WRITES:
+        return "write"
+    return "stream" if SERVICE.methods_by_name[name].server_streaming else "read"
+
+
+class Undecodable:
+    """A request whose bytes are not the method's message: answered INVALID_ARGUMENT (gRPC itself would
+    answer INTERNAL)."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+def _decoder(message_class) -> Callable[[bytes], object]:
+    def decode(data: bytes):
+        try:
+            return message_class.FromString(data)
+        except DecodeError as exc:
+            return Undecodable(f"not a valid {message_class.DESCRIPTOR.full_name} message ({exc})")
+    return decode
+
+
+def add_to_server(servicer: RlmmServicer, server: grpc.Server) -> None:
+    """Register the service's methods (what the generated ``add_..._to_server`` does, with requests that
+    fail to decode handed to the servicer as ``Undecodable``)."""
+    handlers = {}
+    for method in SERVICE.methods:
+        make = (grpc.unary_stream_rpc_method_handler if method.server_streaming
+                else grpc.unary_unary_rpc_method_handler)
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=_decoder(GetMessageClass(method.input_type)),
+            response_serializer=GetMessageClass(method.output_type).SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
+    def __init__(self, backend: Backend, *, metrics: Metrics | None = None, auth: WriteAuthorization | None = None,
+                 pools: Mapping[str, Executor] | None = None, max_batch_lookups: int = 10_000,
+                 stream_chunk: int = 500, retry_after_s: float = 0.5) -> None:
+        """``pools``: thread pools by method kind (see ``method_kind``); a method whose kind has none runs
+        in the server's own pool."""
+        self.backend = backend
+        self.metrics = metrics or Metrics()
+        self.auth = auth or WriteAuthorization()
+        self.max_batch_lookups = max_batch_lookups
+        self.stream_chunk = stream_chunk
+        self.retry_after_s = retry_after_s
+        for method in SERVICE.methods:
+            wrap = self._streaming if method.server_streaming else self._unary
+            behavior = wrap(method.name, getattr(self, method.name))
+            pool = (pools or {}).get(method_kind(method.name))
+            if pool is not None:
+                behavior.experimental_thread_pool = pool  # grpcio's per-method pool (sync server)
+            setattr(self, method.name, behavior)
+
+    # ---- status mapping and metrics ---------------------------------------------------------------
+
+    def _abort(self, name: str, exc: Exception, context: grpc.ServicerContext, started: float) -> None:
+        failure = failure_of(exc, self.retry_after_s)
+        if failure is None:
+            log.error("%s failed unexpectedly", name, exc_info=exc, extra={"method": name})
+            failure = internal(exc)
+        elif name in WRITES:
+            log.warning("%s refused: %s", name, failure.message,
+                        extra={"method": name, "code": failure.code.name, "peer": context.peer()})
+        self.metrics.observe(name, failure.code.name, time.perf_counter() - started)
+        context.abort_with_status(failure.status())
+
+    def _unary(self, name: str, behavior: Callable) -> Callable:
+        def handle(request, context):
+            started = time.perf_counter()
+            try:
+                if isinstance(request, Undecodable):
+                    raise ArgumentError("request", request.problem)
+                response = behavior(request, context)
+            except Exception as exc:
+                self._abort(name, exc, context, started)
+            self.metrics.observe(name, "OK", time.perf_counter() - started)
+            return response
+        return handle
+
+    def _streaming(self, name: str, behavior: Callable) -> Callable:
+        def handle(request, context):
+            started = time.perf_counter()
+            try:
+                if isinstance(request, Undecodable):
+                    raise ArgumentError("request", request.problem)
+                yield from behavior(request, context)
+            except GeneratorExit:  # the client went away
+                self.metrics.observe(name, "CANCELLED", time.perf_counter() - started)
+                raise
+            except Exception as exc:
+                self._abort(name, exc, context, started)
+            self.metrics.observe(name, "OK", time.perf_counter() - started)
+        return handle
+
+    # ---- reads ----------------------------------------------------------------------------------------
+
+    @property
+    def _queries(self):
+        return self.backend.queries
+
+    def RemoteLogSegmentMetadata(self, request, context):
+        tp = partition_of(request)
+        segment = self._queries.remote_log_segment_metadata(tp, not_negative(request.leader_epoch, "leader_epoch"),
+                                                            not_negative(request.offset, "offset"))
+        return _with_segment(api.RemoteLogSegmentMetadataResponse(), segment)
+
+    def BatchRemoteLogSegmentMetadata(self, request, context):
+        lookups = request.lookups
+        if len(lookups) > self.max_batch_lookups:
+            raise ArgumentError("lookups", f"{len(lookups)} lookups, more than the {self.max_batch_lookups} this "
+                                           f"server answers in one call: split the batch")
+        partitions: dict[tuple[str, str, int], TopicIdPartition] = {}
+        response = api.BatchRemoteLogSegmentMetadataResponse()
+        add = response.results.add
+        fill = convert.fill_segment_metadata
+        query = self._queries.remote_log_segment_metadata
+        for i, lookup in enumerate(lookups):
+            raw = lookup.topic_id_partition
+            key = (raw.topic_id, raw.topic, raw.partition)
+            tp = partitions.get(key)
+            if tp is None:
+                tp = partitions[key] = partition_of(lookup, f"lookups[{i}]")
+            if lookup.leader_epoch < 0 or lookup.offset < 0:
+                not_negative(lookup.leader_epoch, f"lookups[{i}].leader_epoch")
+                not_negative(lookup.offset, f"lookups[{i}].offset")
+            result = add()
+            try:
+                segment = query(tp, lookup.leader_epoch, lookup.offset)
+            except KafkaStateError as exc:
+                error = result.error
+                error.code = _NOT_FOUND if isinstance(exc, RemoteResourceNotFound) else _UNAVAILABLE
+                error.message, error.kafka_exception = str(exc), exc.kafka_name
+                continue
+            if segment is not None:
+                fill(result.remote_log_segment_metadata, segment)
+        self.metrics.lookups.inc(len(lookups))
+        return response
+
+    def HighestOffsetForEpoch(self, request, context):
+        tp = partition_of(request)
+        return api.HighestOffsetForEpochResponse(
+            offset=self._queries.highest_offset_for_epoch(tp, not_negative(request.leader_epoch, "leader_epoch")))
+
+    def ListRemoteLogSegments(self, request, context) -> Iterator[api.ListRemoteLogSegmentsResponse]:
+        tp = partition_of(request)
+        if request.HasField("leader_epoch"):
+            segments = iter(self._queries.list_epoch_segments(tp, not_negative(request.leader_epoch, "leader_epoch")))
+        else:
+            segments = self._queries.list_remote_log_segments(tp)  # checks the partition at the first step
+        chunk = api.ListRemoteLogSegmentsResponse()
+        for segment in segments:
+            convert.fill_segment_metadata(chunk.remote_log_segment_metadata.add(), segment)
+            if len(chunk.remote_log_segment_metadata) == self.stream_chunk:
+                yield chunk
+                chunk = api.ListRemoteLogSegmentsResponse()
+        if chunk.remote_log_segment_metadata:
+            yield chunk
+
+    def RemoteLogSize(self, request, context):
+        tp = partition_of(request)
+        epoch = not_negative(request.leader_epoch, "leader_epoch") if request.HasField("leader_epoch") else None
+        return api.RemoteLogSizeResponse(size_in_bytes=self._queries.remote_log_size(tp, epoch))
+
+    def NextSegmentWithTxnIndex(self, request, context):
+        tp = partition_of(request)
+        segment = self._queries.next_segment_with_txn_index(
+            tp, not_negative(request.leader_epoch, "leader_epoch"), not_negative(request.offset, "offset"))
+        return _with_segment(api.NextSegmentWithTxnIndexResponse(), segment)
+
+    def MaxTimestamp(self, request, context):
+        return _with_segment(api.MaxTimestampResponse(), self._queries.max_timestamp(partition_of(request)))
+
+    def IsReady(self, request, context):
+        return api.IsReadyResponse(ready=self._queries.is_ready(partition_of(request)))
+
+    # ---- writes -----------------------------------------------------------------------------------------
+
+    def AddRemoteLogSegmentMetadata(self, request, context):
+        self.auth.check(context)
+        field = "remote_log_segment_metadata"
+        segment = _encodable(convert.segment_metadata(required(request, field, ""), field), field)
+        self.backend.manager().add_remote_log_segment_metadata(segment)
+        log.info("added segment", extra={"method": "AddRemoteLogSegmentMetadata", "segment": _describe(segment)})
+        return api.AddRemoteLogSegmentMetadataResponse()
+
+    def UpdateRemoteLogSegmentMetadata(self, request, context):
+        self.auth.check(context)
+        field = "remote_log_segment_metadata_update"
+        update = _encodable(convert.segment_update(required(request, field, ""), field), field)
+        self.backend.manager().update_remote_log_segment_metadata(update)
+        log.info("updated segment", extra={"method": "UpdateRemoteLogSegmentMetadata", "segment": _describe(update)})
+        return api.UpdateRemoteLogSegmentMetadataResponse()
+
+    def PutRemotePartitionDeleteMetadata(self, request, context):
+        self.auth.check(context)
+        field = "remote_partition_delete_metadata"
+        delete = _encodable(convert.partition_delete(required(request, field, ""), field), field)
+        self.backend.manager().put_remote_partition_delete_metadata(delete)
+        log.info("partition delete state", extra={"method": "PutRemotePartitionDeleteMetadata",
+                                                  "partition": str(delete.tp), "state": delete.state.name})
+        return api.PutRemotePartitionDeleteMetadataResponse()
+
+    def OnPartitionLeadershipChanges(self, request, context):
+        self.auth.check(context)
+        leaders = convert.partitions(request.leader_partitions, "leader_partitions")
+        followers = convert.partitions(request.follower_partitions, "follower_partitions")
+        self.backend.manager().on_partition_leadership_changes(leaders, followers)
+        log.info("partitions registered", extra={"method": "OnPartitionLeadershipChanges",
+                                                 "leaders": len(leaders), "followers": len(followers)})
+        return api.OnPartitionLeadershipChangesResponse()
+
+    def OnStopPartitions(self, request, context):
+        self.auth.check(context)
+        stopped = convert.partitions(request.partitions, "partitions")
+        self.backend.manager().on_stop_partitions(stopped)
+        log.info("partitions stopped", extra={"method": "OnStopPartitions", "partitions": len(stopped)})
+        return api.OnStopPartitionsResponse()
+
+    # ---- operations -----------------------------------------------------------------------------------
+
+    def GetStatus(self, request, context):
+        status = self.backend.status()
+        return api.GetStatusResponse(
+            serving=status.serving, consumes=status.consumes, failure=status.failure or "",
+            metadata_partitions=[api.MetadataPartitionStatus(partition=mp.partition, applied_offset=mp.applied_offset,
+                                                             end_offset=mp.end_offset, lag=mp.lag)
+                                 for mp in status.metadata_partitions],
+            quarantined=status.quarantined, registered_partitions=status.registered_partitions,
+            loading_partitions=status.loading_partitions, counters=status.counters, segments=status.segments)
+
+
+def _with_segment(response, segment: SegmentMetadata | None):
+    """``response`` with its ``remote_log_segment_metadata`` set to ``segment`` (left unset for None)."""
+    if segment is not None:
+        convert.fill_segment_metadata(response.remote_log_segment_metadata, segment)
+    return response
+
+
+def _encodable(record, field: str):
+    """Refuse values Kafka's wire format cannot carry (the manager would fail on them later)."""
+    try:
+        encode_value(record)
+    except ValueError as exc:
+        raise ArgumentError(field, str(exc)) from None
+    return record
+
+
+def _describe(record) -> str:
+    return f"{record.tp.topic}-{record.tp.partition}/{uuid_to_str(record.segment_id)}:{record.state.name}"

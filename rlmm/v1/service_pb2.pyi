@@ -1,0 +1,233 @@
+from rlmm.v1 import metadata_pb2 as _metadata_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RemoteLogSegmentMetadataRequest(_message.Message):
+    __slots__ = ("topic_id_partition", "leader_epoch", "offset")
+    TOPIC_ID_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic_id_partition: _metadata_pb2.TopicIdPartition
+    leader_epoch: int
+    offset: int
+    def __init__(self, topic_id_partition: _Optional[_Union[_metadata_pb2.TopicIdPartition, _Mapping]] = ..., leader_epoch: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class RemoteLogSegmentMetadataResponse(_message.Message):
+    __slots__ = ("remote_log_segment_metadata",)
+    REMOTE_LOG_SEGMENT_METADATA_FIELD_NUMBER: _ClassVar[int]
+    remote_log_segment_metadata: _metadata_pb2.RemoteLogSegmentMetadata
+    def __init__(self, remote_log_segment_metadata: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]] = ...) -> None: ...
+
+class BatchRemoteLogSegmentMetadataRequest(_message.Message):
+    __slots__ = ("lookups",)
+    LOOKUPS_FIELD_NUMBER: _ClassVar[int]
+    lookups: _containers.RepeatedCompositeFieldContainer[RemoteLogSegmentMetadataRequest]
+    def __init__(self, lookups: _Optional[_Iterable[_Union[RemoteLogSegmentMetadataRequest, _Mapping]]] = ...) -> None: ...
+
+class BatchRemoteLogSegmentMetadataResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[LookupResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[LookupResult, _Mapping]]] = ...) -> None: ...
+
+class LookupResult(_message.Message):
+    __slots__ = ("remote_log_segment_metadata", "error")
+    REMOTE_LOG_SEGMENT_METADATA_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    remote_log_segment_metadata: _metadata_pb2.RemoteLogSegmentMetadata
+    error: LookupError
+    def __init__(self, remote_log_segment_metadata: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]] = ..., error: _Optional[_Union[LookupError, _Mapping]] = ...) -> None: ...
+
+class LookupError(_message.Message):
+    __slots__ = ("code", "message", "kafka_exception")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_EXCEPTION_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    kafka_exception: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., kafka_exception: _Optional[str] = ...) -> None: ...
+
+class HighestOffsetForEpochRequest(_message.Message):
+    __slots__ = ("topic_id_partition", "leader_epoch")
+    TOPIC_ID_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    topic_id_partition: _metadata_pb2.TopicIdPartition
+    leader_epoch: int
+    def __init__(self, topic_id_partition: _Optional[_Union[_metadata_pb2.TopicIdPartition, _Mapping]] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
+
+class HighestOffsetForEpochResponse(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class ListRemoteLogSegmentsRequest(_message.Message):
+    __slots__ = ("topic_id_partition", "leader_epoch")
+    TOPIC_ID_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    topic_id_partition: _metadata_pb2.TopicIdPartition
+    leader_epoch: int
+    def __init__(self, topic_id_partition: _Optional[_Union[_metadata_pb2.TopicIdPartition, _Mapping]] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
+
+class ListRemoteLogSegmentsResponse(_message.Message):
+    __slots__ = ("remote_log_segment_metadata",)
+    REMOTE_LOG_SEGMENT_METADATA_FIELD_NUMBER: _ClassVar[int]
+    remote_log_segment_metadata: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.RemoteLogSegmentMetadata]
+    def __init__(self, remote_log_segment_metadata: _Optional[_Iterable[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]]] = ...) -> None: ...
+
+class RemoteLogSizeRequest(_message.Message):
+    __slots__ = ("topic_id_partition", "leader_epoch")
+    TOPIC_ID_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    topic_id_partition: _metadata_pb2.TopicIdPartition
+    leader_epoch: int
+    def __init__(self, topic_id_partition: _Optional[_Union[_metadata_pb2.TopicIdPartition, _Mapping]] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
+
+class RemoteLogSizeResponse(_message.Message):
+    __slots__ = ("size_in_bytes",)
+    SIZE_IN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    size_in_bytes: int
+    def __init__(self, size_in_bytes: _Optional[int] = ...) -> None: ...
+
+class NextSegmentWithTxnIndexRequest(_message.Message):
+    __slots__ = ("topic_id_partition", "leader_epoch", "offset")
+    TOPIC_ID_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic_id_partition: _metadata_pb2.TopicIdPartition
+    leader_epoch: int
+    offset: int
+    def __init__(self, topic_id_partition: _Optional[_Union[_metadata_pb2.TopicIdPartition, _Mapping]] = ..., leader_epoch: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class NextSegmentWithTxnIndexResponse(_message.Message):
+    __slots__ = ("remote_log_segment_metadata",)
+    REMOTE_LOG_SEGMENT_METADATA_FIELD_NUMBER: _ClassVar[int]
+    remote_log_segment_metadata: _metadata_pb2.RemoteLogSegmentMetadata
+    def __init__(self, remote_log_segment_metadata: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]] = ...) -> None: ...
+
+class MaxTimestampRequest(_message.Message):
+    __slots__ = ("topic_id_partition",)
+    TOPIC_ID_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic_id_partition: _metadata_pb2.TopicIdPartition
+    def __init__(self, topic_id_partition: _Optional[_Union[_metadata_pb2.TopicIdPartition, _Mapping]] = ...) -> None: ...
+
+class MaxTimestampResponse(_message.Message):
+    __slots__ = ("remote_log_segment_metadata",)
+    REMOTE_LOG_SEGMENT_METADATA_FIELD_NUMBER: _ClassVar[int]
+    remote_log_segment_metadata: _metadata_pb2.RemoteLogSegmentMetadata
+    def __init__(self, remote_log_segment_metadata: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]] = ...) -> None: ...
+
+class IsReadyRequest(_message.Message):
+    __slots__ = ("topic_id_partition",)
+    TOPIC_ID_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic_id_partition: _metadata_pb2.TopicIdPartition
+    def __init__(self, topic_id_partition: _Optional[_Union[_metadata_pb2.TopicIdPartition, _Mapping]] = ...) -> None: ...
+
+class IsReadyResponse(_message.Message):
+    __slots__ = ("ready",)
+    READY_FIELD_NUMBER: _ClassVar[int]
+    ready: bool
+    def __init__(self, ready: _Optional[bool] = ...) -> None: ...
+
+class AddRemoteLogSegmentMetadataRequest(_message.Message):
+    __slots__ = ("remote_log_segment_metadata",)
+    REMOTE_LOG_SEGMENT_METADATA_FIELD_NUMBER: _ClassVar[int]
+    remote_log_segment_metadata: _metadata_pb2.RemoteLogSegmentMetadata
+    def __init__(self, remote_log_segment_metadata: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]] = ...) -> None: ...
+
+class AddRemoteLogSegmentMetadataResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UpdateRemoteLogSegmentMetadataRequest(_message.Message):
+    __slots__ = ("remote_log_segment_metadata_update",)
+    REMOTE_LOG_SEGMENT_METADATA_UPDATE_FIELD_NUMBER: _ClassVar[int]
+    remote_log_segment_metadata_update: _metadata_pb2.RemoteLogSegmentMetadataUpdate
+    def __init__(self, remote_log_segment_metadata_update: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadataUpdate, _Mapping]] = ...) -> None: ...
+
+class UpdateRemoteLogSegmentMetadataResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PutRemotePartitionDeleteMetadataRequest(_message.Message):
+    __slots__ = ("remote_partition_delete_metadata",)
+    REMOTE_PARTITION_DELETE_METADATA_FIELD_NUMBER: _ClassVar[int]
+    remote_partition_delete_metadata: _metadata_pb2.RemotePartitionDeleteMetadata
+    def __init__(self, remote_partition_delete_metadata: _Optional[_Union[_metadata_pb2.RemotePartitionDeleteMetadata, _Mapping]] = ...) -> None: ...
+
+class PutRemotePartitionDeleteMetadataResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class OnPartitionLeadershipChangesRequest(_message.Message):
+    __slots__ = ("leader_partitions", "follower_partitions")
+    LEADER_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWER_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    leader_partitions: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.TopicIdPartition]
+    follower_partitions: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.TopicIdPartition]
+    def __init__(self, leader_partitions: _Optional[_Iterable[_Union[_metadata_pb2.TopicIdPartition, _Mapping]]] = ..., follower_partitions: _Optional[_Iterable[_Union[_metadata_pb2.TopicIdPartition, _Mapping]]] = ...) -> None: ...
+
+class OnPartitionLeadershipChangesResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class OnStopPartitionsRequest(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.TopicIdPartition]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[_metadata_pb2.TopicIdPartition, _Mapping]]] = ...) -> None: ...
+
+class OnStopPartitionsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetStatusResponse(_message.Message):
+    __slots__ = ("serving", "consumes", "failure", "metadata_partitions", "quarantined", "registered_partitions", "loading_partitions", "counters", "segments")
+    class CountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SERVING_FIELD_NUMBER: _ClassVar[int]
+    CONSUMES_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    LOADING_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    serving: bool
+    consumes: bool
+    failure: str
+    metadata_partitions: _containers.RepeatedCompositeFieldContainer[MetadataPartitionStatus]
+    quarantined: int
+    registered_partitions: int
+    loading_partitions: int
+    counters: _containers.ScalarMap[str, int]
+    segments: int
+    def __init__(self, serving: _Optional[bool] = ..., consumes: _Optional[bool] = ..., failure: _Optional[str] = ..., metadata_partitions: _Optional[_Iterable[_Union[MetadataPartitionStatus, _Mapping]]] = ..., quarantined: _Optional[int] = ..., registered_partitions: _Optional[int] = ..., loading_partitions: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., segments: _Optional[int] = ...) -> None: ...
+
+class MetadataPartitionStatus(_message.Message):
+    __slots__ = ("partition", "applied_offset", "end_offset", "lag")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    applied_offset: int
+    end_offset: int
+    lag: int
+    def __init__(self, partition: _Optional[int] = ..., applied_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,109 @@
+"""Health follows the service (NOT_SERVING until the consumer runs, and from the moment the server stops),
+and a stopping server lets calls in flight finish."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import pytest
+from google.protobuf import descriptor_pool
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+from rlmm.client import RlmmClient, UnavailableError
+from rlmm.records.partitioner import metadata_partition
+from rlmm.server.servicer import SERVICE_NAME
+from rlmm.state.view import View
+from tests.grpc_support import RemoteLogMetadataManager, kafka_config, new_tp, running_server, segment, start_server
+
+SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def wait_for(condition, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def follow(watch, seen: list[int]) -> None:
+    try:
+        seen.extend(response.status for response in watch)
+    except grpc.RpcError:
+        pass  # the server stopped
+
+
+def test_health_follows_the_consumer_and_the_stop(kafka, tmp_path) -> None:
+    tp = new_tp("health")
+    with View(tmp_path / "view") as view:
+        kafka.pause()  # the consumer cannot reach the broker: the topic is not known good
+        try:
+            manager = RemoteLogMetadataManager(view, kafka_config(kafka.bootstrap_servers), [tp]).start()
+            server = start_server(view, manager)
+            channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+            health = health_pb2_grpc.HealthStub(channel)
+            seen: list[int] = []
+            watch = health.Watch(health_pb2.HealthCheckRequest(service=SERVICE_NAME))
+            threading.Thread(target=follow, args=(watch, seen), daemon=True).start()
+            assert health.Check(health_pb2.HealthCheckRequest()).status == NOT_SERVING
+            with RlmmClient(f"127.0.0.1:{server.port}", retry_for=0.3) as rlmm:
+                with pytest.raises(UnavailableError, match="the metadata topic .* is not ready"):
+                    rlmm.add_remote_log_segment_metadata(segment(tp, 0, 9))
+                time.sleep(0.5)
+        finally:
+            kafka.resume()
+        try:
+            wait_for(lambda: health.Check(health_pb2.HealthCheckRequest()).status == SERVING)
+            assert health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME)).status == SERVING
+            with RlmmClient(f"127.0.0.1:{server.port}") as rlmm:
+                assert rlmm.wait_ready([tp], timeout=30)  # readiness per partition stays with IsReady
+            wait_for(lambda: seen[-1:] == [SERVING])
+            assert seen[0] == NOT_SERVING
+            stopping = threading.Thread(target=server.stop, args=(2,))
+            stopping.start()
+            wait_for(lambda: seen[-1:] == [NOT_SERVING])
+            stopping.join()
+        finally:
+            channel.close()
+            server.stop(0)
+            manager.close()
+
+
+def test_a_stopping_server_finishes_calls_in_flight_and_takes_no_new_ones(kafka, tmp_path) -> None:
+    tp = new_tp("drain")
+    config = kafka_config(kafka.bootstrap_servers)
+    mp = metadata_partition(tp.topic_id, tp.partition, config.num_partitions)
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [tp]) as manager:
+        assert manager.consumer.wait_ready([tp], timeout=30)
+        server = start_server(view, manager)
+        rlmm = RlmmClient(f"127.0.0.1:{server.port}", retry_for=0)
+        assert manager.consumer.hold({mp: 0}).wait(5)  # the write cannot be applied until released
+        outcome: list[object] = []
+        writer = threading.Thread(target=lambda: outcome.append(rlmm.add_remote_log_segment_metadata(segment(tp, 0, 9))))
+        writer.start()
+        time.sleep(0.5)  # the write is waiting in the server
+        stopping = threading.Thread(target=server.stop, args=(20,))
+        stopping.start()
+        time.sleep(0.3)
+        with pytest.raises(UnavailableError):
+            rlmm.is_ready(tp)  # no new calls once stopping
+        assert writer.is_alive() and stopping.is_alive()
+        manager.consumer.hold(None)
+        writer.join(10)
+        stopping.join(10)
+        assert outcome == [None]  # the write in flight finished, applied
+        assert len(list(view.queries.list_remote_log_segments(tp))) == 1
+        rlmm.close()
+
+
+def test_reflection_describes_the_services(tmp_path) -> None:
+    with View(tmp_path / "view") as view, running_server(view) as server:
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            database = ProtoReflectionDescriptorDatabase(channel)
+            assert {SERVICE_NAME, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= \
+                set(database.get_services())
+            service = descriptor_pool.DescriptorPool(database).FindServiceByName(SERVICE_NAME)
+            assert "BatchRemoteLogSegmentMetadata" in service.methods_by_name
+            assert service.methods_by_name["ListRemoteLogSegments"].server_streaming
