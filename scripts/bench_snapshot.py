@@ -1,0 +1,136 @@
+"""Snapshot benchmark: Spark rebuild rate, restore time, time to ready from a snapshot vs a full replay.
+
+The workload (``rlmm.workload``, 200 user partitions, 50 metadata partitions, as bench_ingest) is
+produced into a local Tansu broker twice: a topic with all ``--events`` records and one with their first
+90 %. Measures:
+
+* rebuild_events_per_s: ``snapshots.job.build`` on ``--master`` (local[2]) over the whole topic, records
+  read through the Kafka Python data source, folded, snapshot written (Spark session start excluded);
+* restore_s: restore of that snapshot into a fresh view;
+* restore_500k_segments_s: restore of a synthetic snapshot of ``--restore-segments`` finished segments;
+* ready_from_snapshot_s: restore of the 90 % snapshot + the service tailing the last 10 % until ready;
+* ready_from_replay_s: the service on an empty view reading the whole topic until ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from consumers.broker import LocalBroker  # noqa: E402
+from consumers.manager import RemoteLogMetadataManager  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
+from consumers.topic import ensure_topic  # noqa: E402
+from rlmm.records.model import SegmentMetadata, SegmentState, TopicIdPartition  # noqa: E402
+from rlmm.state.export import EpochState, PartitionState  # noqa: E402
+from rlmm.state.view import View  # noqa: E402
+from scripts.bench_ingest import config_for, ingest, produce_workload  # noqa: E402
+from snapshots.format import write_snapshot  # noqa: E402
+from snapshots.job import build, spark_session  # noqa: E402
+from snapshots.restore import restore  # noqa: E402
+
+
+def synthetic_states(segments: int, partitions: int = 100) -> list[PartitionState]:
+    """Finished segments, contiguous, one leader epoch per 1,000 segments, every one referenced."""
+    states = []
+    per = segments // partitions
+    for p in range(partitions):
+        tp = TopicIdPartition(p.to_bytes(4, "big") * 4, f"bench-{p % 10}", p)
+        segs, epochs = [], {}
+        for i in range(per):
+            epoch = i // 1000
+            sid = (p * per + i).to_bytes(8, "big") * 2
+            start = i * 1000
+            segs.append(SegmentMetadata(tp, sid, start, start + 999, 1, 1_718_000_000_000 + i, 1_718_000_000_000 + i,
+                                        ((epoch, start),), 1 << 20, None, SegmentState.COPY_SEGMENT_FINISHED,
+                                        i % 5 != 0))
+            es = epochs.setdefault(epoch, EpochState(epoch, None))
+            es.referenced.append((start, sid))
+            es.highest_offset = start + 999
+        segs.sort(key=lambda s: s.segment_id)
+        states.append(PartitionState(tp, True, True, False, per * 2, None, segs, [epochs[e] for e in sorted(epochs)]))
+    return states
+
+
+def serve_until_ready(view_dir: Path, config, partitions) -> None:
+    with View(view_dir) as view, RemoteLogMetadataManager(view, config, partitions) as rlmm:
+        if not rlmm.consumer.wait_ready(None, timeout=1800):
+            raise RuntimeError(f"not ready: {rlmm.status()}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--restore-segments", type=int, default=500_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    say = (lambda m: print(m, file=sys.stderr, flush=True))
+    result: dict = {"events": args.events, "master": args.master}
+    with tempfile.TemporaryDirectory(prefix="rlmm-bench-snapshot-") as tmp_name, LocalBroker().start() as broker:
+        tmp = Path(tmp_name)
+        boot = broker.bootstrap_servers
+        full, partial = config_for(boot, "bench-full"), config_for(boot, "bench-partial")
+        for config in (full, partial):
+            ensure_topic(AdminClient(config.admin_config()), config)
+        tail_cut = args.events * 9 // 10
+        say(f"producing {args.events} events")
+        workload = produce_workload(boot, {"bench-full": args.events, "bench-partial": tail_cut}, args.events,
+                                    args.seed)
+        t0 = time.perf_counter()
+        spark = spark_session(args.master)
+        result["spark_start_s"] = round(time.perf_counter() - t0, 2)
+
+        say("rebuild of the whole topic")
+        t0 = time.perf_counter()
+        manifest = build(spark, tmp / "snap-full", bootstrap=boot, topic="bench-full", progress=say)
+        seconds = time.perf_counter() - t0
+        records = sum(v + 1 for v in manifest["metadata_offsets"].values())
+        result.update(rebuild_s=round(seconds, 2), rebuild_records=records,
+                      rebuild_events_per_s=round(records / seconds), snapshot_segments=manifest["counts"]["segments"])
+
+        say("rebuild of the first 90 %")
+        build(spark, tmp / "snap-90", bootstrap=boot, topic="bench-partial", progress=say)
+        spark.stop()
+
+        t0 = time.perf_counter()
+        restore(tmp / "snap-full", tmp / "restored-full")
+        result["restore_s"] = round(time.perf_counter() - t0, 3)
+
+        say(f"synthetic snapshot of {args.restore_segments} segments")
+        write_snapshot(tmp / "snap-synthetic", synthetic_states(args.restore_segments), [], {0: 0}, 50)
+        t0 = time.perf_counter()
+        restore(tmp / "snap-synthetic", tmp / "restored-synthetic")
+        result["restore_500k_segments_s"] = round(time.perf_counter() - t0, 3)
+        result["restore_segments"] = args.restore_segments
+
+        say("ready from the 90 % snapshot + tail")
+        tps = workload.user_partitions()
+        t0 = time.perf_counter()
+        restore(tmp / "snap-90", tmp / "from-snapshot")
+        serve_until_ready(tmp / "from-snapshot", full, tps)
+        result["ready_from_snapshot_s"] = round(time.perf_counter() - t0, 2)
+
+        say("ready from a full replay")
+        t0 = time.perf_counter()
+        ingest(tmp / "from-replay", full, workload)
+        result["ready_from_replay_s"] = round(time.perf_counter() - t0, 2)
+        result["ready_speedup"] = round(result["ready_from_replay_s"] / result["ready_from_snapshot_s"], 2)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, v in result.items():
+            print(f"{k:28} {v}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()

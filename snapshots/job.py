@@ -1,0 +1,335 @@
+"""The Spark rebuild job: read the metadata topic (or an archive) through a Python data source, route
+each record to its user partition, fold each partition with the service's own state machine, write
+the snapshot.
+
+Spark's own Kafka and Avro sources are not bundled with PySpark, so both inputs are Python data
+sources (``pyspark.sql.datasource``): ``rlmm_kafka`` has one input partition per metadata partition
+or offset range (confluent-kafka, up to the end offsets fixed on the driver at job start) and
+``rlmm_archive`` one per archive file. Each output partition writes its own Avro file into the
+snapshot's staging directory (with a cluster ``--master`` it must be on a filesystem every executor
+shares); the driver then writes the quarantine and the manifest and renames the directory into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+SCHEMA = "mp int, offset long, value binary"
+DEFAULT_SPLIT = 250_000  # records per Kafka input partition
+
+
+class RangePartition(InputPartition):
+    """Offset ranges (metadata partition, start, end) read by one task, one after the other."""
+
+    def __init__(self, ranges: list[tuple[int, int, int]]) -> None:
+        super().__init__(ranges)
+        self.ranges = ranges
+
+
+ARROW_BATCH = 8192
+
+
+def _arrow_batches(rows: Iterator[tuple]) -> Iterator:
+    """Rows as Arrow record batches: far cheaper for Spark than one tuple at a time."""
+    import pyarrow as pa
+    names = ["mp", "offset", "value"]
+    types = [pa.int32(), pa.int64(), pa.binary()]
+    buf: list[tuple] = []
+    for row in rows:
+        buf.append(row)
+        if len(buf) >= ARROW_BATCH:
+            cols = list(zip(*buf))
+            yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, types)], names=names)
+            buf = []
+    if buf:
+        cols = list(zip(*buf))
+        yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, types)], names=names)
+
+
+def plan_bins(ranges: dict[int, list[int]], split: int, target: int) -> list[list[tuple[int, int, int]]]:
+    """Offset ranges packed into about ``target`` input partitions of at most ``split`` records (reading a
+    metadata partition costs one consumer and one fetch round, so small ones share a task)."""
+    total = sum(max(0, e - s) for s, e in ranges.values())
+    size = max(1, min(split, -(-total // max(1, target))))
+    bins: list[list[tuple[int, int, int]]] = []
+    current: list[tuple[int, int, int]] = []
+    filled = 0
+    for mp, (start, end) in sorted(ranges.items()):
+        s = start
+        while s < end:
+            take = min(end - s, size - filled)
+            current.append((mp, s, s + take))
+            filled += take
+            s += take
+            if filled >= size:
+                bins.append(current)
+                current, filled = [], 0
+    if current:
+        bins.append(current)
+    return bins
+
+
+class KafkaTopicSource(DataSource):
+    """``spark.read.format("rlmm_kafka").option("bootstrap", ..).option("topic", ..).option("ranges", json)``
+    where ranges maps a metadata partition to [start, end)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rlmm_kafka"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema) -> DataSourceReader:
+        return _KafkaReader(self.options)
+
+
+class _KafkaReader(DataSourceReader):
+    def __init__(self, options) -> None:
+        self.bootstrap = options["bootstrap"]
+        self.topic = options["topic"]
+        self.ranges = {int(k): v for k, v in json.loads(options["ranges"]).items()}
+        self.split = int(options.get("split", DEFAULT_SPLIT))
+        self.target = int(options.get("target_partitions", 4))
+
+    def partitions(self):
+        return [RangePartition(b) for b in plan_bins(self.ranges, self.split, self.target)] or [RangePartition([])]
+
+    def read(self, partition: RangePartition) -> Iterator:
+        from snapshots.kafka_io import read_range
+
+        def rows():
+            for mp, start, end in partition.ranges:
+                yield from read_range(self.bootstrap, self.topic, mp, start, end)
+        yield from _arrow_batches(rows())
+
+
+class FilePartition(InputPartition):
+    def __init__(self, entries: list[tuple[dict, int]]) -> None:
+        super().__init__([e["name"] for e, _ in entries])
+        self.entries = entries  # (archive file entry, offsets above which its records are read)
+
+
+class ArchiveSource(DataSource):
+    """``spark.read.format("rlmm_archive").option("path", DIR).option("after", json)``: records of an
+    archive, only those above ``after[mp]`` (an older snapshot's offsets)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rlmm_archive"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema) -> DataSourceReader:
+        return _ArchiveReader(self.options)
+
+
+class _ArchiveReader(DataSourceReader):
+    def __init__(self, options) -> None:
+        from snapshots.archive import read_archive_manifest
+        self.path = options["path"]
+        self.after = {int(k): v for k, v in json.loads(options.get("after", "{}")).items()}
+        self.manifest = read_archive_manifest(self.path)
+        self.target = int(options.get("target_partitions", 4))
+
+    def partitions(self):
+        files = [(e, self.after.get(e["partition"], -1)) for e in self.manifest["files"]
+                 if e["last"] > self.after.get(e["partition"], -1)]
+        total = sum(e["records"] for e, _ in files)
+        size = max(1, -(-total // self.target))
+        parts, current, filled = [], [], 0
+        for entry in files:
+            current.append(entry)
+            filled += entry[0]["records"]
+            if filled >= size:
+                parts.append(FilePartition(current))
+                current, filled = [], 0
+        if current:
+            parts.append(FilePartition(current))
+        return parts or [FilePartition([])]
+
+    def read(self, partition: FilePartition) -> Iterator:
+        from snapshots.archive import read_archive_file
+
+        def rows():
+            for entry, after in partition.entries:
+                yield from read_archive_file(self.path, entry, after)
+        yield from _arrow_batches(rows())
+
+
+# ---- the job -------------------------------------------------------------------------------------
+
+def spark_session(master: str = "local[*]", app: str = "rlmm-snapshot", conf: dict | None = None):
+    """A session with the two data sources registered. Needs Java (checked, with a clear error)."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise RuntimeError("Spark needs Java (17): no `java` on PATH and JAVA_HOME is not set")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    builder = (SparkSession.builder.master(master).appName(app)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "8")
+               .config("spark.python.worker.reuse", "true"))
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(KafkaTopicSource)
+    spark.dataSource.register(ArchiveSource)
+    return spark
+
+
+def _route_partition(rows: Iterator) -> Iterator[tuple[bytes, tuple[int, int, bytes | None]]]:
+    from snapshots.fold import route
+    for row in rows:
+        r = route(row[0], row[1], row[2])
+        yield r.key, (r.metadata_partition, r.offset, r.value)
+
+
+def _fold_group(item) -> tuple[bytes, object]:
+    from rlmm.state import keys as K
+    from snapshots.fold import QUARANTINE_KEY, fold_partition, quarantined
+    from snapshots.format import quarantine_to_avro, state_from_avro, state_to_avro
+    key, (bases, recs) = item
+    bases, recs = list(bases), list(recs)
+    if key == QUARANTINE_KEY:  # the undecodable records, all in one group (few)
+        return key, [quarantine_to_avro(quarantined(mp, offset, value)) for mp, offset, value in recs]
+    base = state_from_avro(bases[0]) if bases else None
+    if not recs:
+        return key, bases[0]
+    tp = K.tp_from_identity(key[1:])
+    state = fold_partition(tp, [(offset, value) for _, offset, value in recs], base)
+    return key, state_to_avro(state)
+
+
+def _writer(staging: str):
+    def write(index: int, items: Iterator[tuple[bytes, object]]) -> Iterator[dict]:
+        from snapshots.fold import QUARANTINE_KEY
+        from snapshots.format import PARTITION_SCHEMA, write_avro_file
+        records = []
+        for key, value in items:
+            if key == QUARANTINE_KEY:
+                yield {"quarantine": value}
+            else:
+                records.append((key, value))
+        if not records:
+            return
+        records.sort(key=lambda kv: kv[0])
+        segments = sum(len(r["segments"]) for _, r in records)
+        entry = write_avro_file(Path(staging) / f"partitions-{index:05d}.avro", PARTITION_SCHEMA,
+                                (r for _, r in records))
+        entry["segments"] = segments
+        yield {"file": entry}
+    return write
+
+
+class _Progress:
+    """Reports the tasks of running stages every ``every`` seconds."""
+
+    def __init__(self, spark, report: Callable[[str], None] | None, every: float = 2.0) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
+        self.report, self.every = report, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            for sid in self.tracker.getActiveStageIds():
+                info = self.tracker.getStageInfo(sid)
+                if info is not None:
+                    self.report(f"stage {sid}: {info.numCompletedTasks}/{info.numTasks} tasks")
+
+    def __enter__(self):
+        if self.report:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+
+
+def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = "__remote_log_metadata",
+          archive_dir: str | Path | None = None, base_dir: str | Path | None = None, split: int = DEFAULT_SPLIT,
+          output_partitions: int | None = None, progress: Callable[[str], None] | None = None) -> dict:
+    """Build a snapshot into ``out`` from the topic (``bootstrap``) or an archive, optionally on top of an
+    older snapshot (``base_dir``: only records after its offsets are read). Returns the manifest."""
+    from rlmm.state.keys import tp_identity
+    from snapshots.fold import UNROUTABLE_KEY
+    from snapshots.format import SnapshotError, quarantine_from_avro, read_snapshot, state_to_avro, write_snapshot
+    say = progress or (lambda _: None)
+    out = Path(out)
+    if out.exists():
+        raise SnapshotError(f"{out} exists: a snapshot is written into a new directory")
+    base = read_snapshot(base_dir) if base_dir else None
+    after = base.metadata_offsets if base else {}
+    if (bootstrap is None) == (archive_dir is None):
+        raise ValueError("give either bootstrap servers or an archive")
+    target = 2 * spark.sparkContext.defaultParallelism
+    if bootstrap is not None:
+        from snapshots.kafka_io import end_offsets, num_partitions
+        partitions = num_partitions(bootstrap, topic)
+        ends = end_offsets(bootstrap, topic, partitions)
+        ranges = {mp: [after.get(mp, -1) + 1, end] for mp, end in ends.items() if end > after.get(mp, -1) + 1}
+        say(f"topic {topic}: {partitions} partitions, reading {sum(e - s for s, e in ranges.values())} records "
+            f"up to end offsets fixed now")
+        df = (spark.read.format("rlmm_kafka").option("bootstrap", bootstrap).option("topic", topic)
+              .option("ranges", json.dumps(ranges)).option("split", str(split))
+              .option("target_partitions", str(target)).load())
+        last = {mp: end - 1 for mp, end in ends.items() if end > 0}
+        source = {"kind": "kafka", "bootstrap": bootstrap, "topic": topic}
+    else:
+        from snapshots.archive import read_archive_manifest
+        manifest = read_archive_manifest(archive_dir)
+        topic, partitions = manifest["topic"], manifest["num_partitions"]
+        last = {}
+        for entry in manifest["files"]:
+            last[entry["partition"]] = max(last.get(entry["partition"], -1), entry["last"])
+        say(f"archive {archive_dir}: {len(manifest['files'])} files")
+        df = (spark.read.format("rlmm_archive").option("path", str(archive_dir))
+              .option("after", json.dumps(after)).option("target_partitions", str(target)).load())
+        source = {"kind": "archive", "path": str(archive_dir), "topic": topic}
+    if base is not None:
+        if base.num_metadata_partitions != partitions:
+            raise SnapshotError(f"{base_dir} covers {base.num_metadata_partitions} metadata partitions, the input "
+                                f"has {partitions}")
+        source["base"] = str(base_dir)
+        for mp, offset in after.items():
+            last[mp] = max(last.get(mp, -1), offset)
+    sc = spark.sparkContext
+    staging = out.with_name(out.name + f".partial-{os.getpid()}")
+    staging.mkdir(parents=True)
+    try:
+        with _Progress(spark, say):
+            records = df.rdd.mapPartitions(_route_partition).filter(lambda kv: kv[0] != UNROUTABLE_KEY)
+            n_out = output_partitions or max(2, sc.defaultParallelism)
+            bases = sc.parallelize([(b"p" + tp_identity(s.tp), state_to_avro(s)) for s in base.states]
+                                   if base else [], n_out)
+            folded = bases.cogroup(records, n_out).map(_fold_group)
+            outputs = folded.mapPartitionsWithIndex(_writer(str(staging))).collect()
+            files = [o["file"] for o in outputs if "file" in o]
+            quarantine_rows = [q for o in outputs if "quarantine" in o for q in o["quarantine"]]
+        say(f"folded: {sum(f['records'] for f in files)} partitions in {len(files)} files")
+        quarantine = {}
+        for q in base.quarantine if base else []:
+            quarantine[(q.metadata_partition, q.offset)] = q
+        for row in quarantine_rows:
+            q = quarantine_from_avro(row)
+            quarantine[(q.metadata_partition, q.offset)] = q
+        manifest = write_snapshot(out, (), [quarantine[k] for k in sorted(quarantine)], last, partitions,
+                                  topic=topic, source=source, partition_files=sorted(files, key=lambda f: f["name"]),
+                                  staging=staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    say(f"snapshot written: {out}")
+    return manifest.to_json()

@@ -1,0 +1,98 @@
+"""Reading the metadata topic with confluent-kafka: end offsets fixed at job start, and offset ranges.
+
+End offsets come from the high watermark of a fetch (reading each partition to ``PARTITION_EOF`` from
+its reported end), not from ListOffsets alone: Tansu's ListOffsets answer is the last batch's base
+offset + 1; on Kafka both agree."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
+
+EOF_CODE = KafkaError._PARTITION_EOF
+
+
+def _consumer(bootstrap: str, extra: dict | None = None) -> Consumer:
+    conf = {"bootstrap.servers": bootstrap, "group.id": f"rlmm-snapshot-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 10, "socket.timeout.ms": 10000}
+    conf.update(extra or {})
+    return Consumer(conf)
+
+
+def num_partitions(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
+    """Partitions of an existing topic (a plain listing: naming the topic would create it on Tansu)."""
+    consumer = _consumer(bootstrap)
+    try:
+        topics = consumer.list_topics(timeout=timeout).topics
+        if topic not in topics:
+            raise ValueError(f"topic {topic!r} does not exist at {bootstrap}")
+        return len(topics[topic].partitions)
+    finally:
+        consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> dict[int, int]:
+    """The end offset (next offset to be written) of every partition, now."""
+    consumer = _consumer(bootstrap)
+    try:
+        consumer.assign([TopicPartition(topic, mp, OFFSET_END) for mp in range(partitions)])
+        ends: dict[int, int] = {}
+        deadline = time.monotonic() + timeout
+        while len(ends) < partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no end offset for partitions {sorted(set(range(partitions)) - ends.keys())}")
+            for message in consumer.consume(1000, timeout=0.2):
+                error = message.error()
+                if error is None:
+                    continue
+                if error.code() == EOF_CODE:
+                    ends[message.partition()] = message.offset()
+                elif error.fatal():
+                    raise RuntimeError(str(error))
+        return ends
+    finally:
+        consumer.close()
+
+
+def read_range(bootstrap: str, topic: str, mp: int, start: int, end: int, *, with_timestamp: bool = False,
+               timeout: float = 120.0) -> Iterator[tuple]:
+    """Records of one partition with ``start <= offset < end``: (partition, offset, value[, timestamp])."""
+    if end <= start:
+        return
+    consumer = _consumer(bootstrap)
+    try:
+        consumer.assign([TopicPartition(topic, mp, start)])
+        deadline = time.monotonic() + timeout
+        while True:
+            messages = consumer.consume(5000, timeout=0.1)
+            if messages:
+                deadline = time.monotonic() + timeout
+            elif time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}/{mp}: no record for {timeout} s before offset {end}")
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == EOF_CODE:
+                        if message.offset() >= end:
+                            return
+                        continue
+                    if error.fatal():
+                        raise RuntimeError(str(error))
+                    continue
+                offset = message.offset()
+                if offset >= end:
+                    return
+                if offset < start:
+                    continue
+                if with_timestamp:
+                    yield mp, offset, message.value(), message.timestamp()[1]
+                else:
+                    yield mp, offset, message.value()
+                if offset == end - 1:
+                    return
+    finally:
+        consumer.close()

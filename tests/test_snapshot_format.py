@@ -1,0 +1,178 @@
+"""The snapshot format: export -> restore gives the same view; missing, truncated, tampered and
+incompatible snapshots are refused with a clear error and nothing is loaded; verify reports
+differences; the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from rlmm.cli import main
+from rlmm.state.view import View
+from snapshots.format import FORMAT_VERSION, MANIFEST, SnapshotError, _manifest_checksum, read_snapshot
+from snapshots.restore import export, restore, verify
+from tests.snapshot_support import (
+    SCENARIOS,
+    live_view,
+    non_partition_rows,
+    replayed_view,
+    view_answers,
+    view_rows,
+    workload_events,
+)
+
+
+@pytest.fixture
+def snapshot(tmp_path):
+    events, tps = workload_events(2500, seed=7)
+    live_view(events, tps, tmp_path / "live").close()
+    export(tmp_path / "live", tmp_path / "snap", 5)
+    return tmp_path / "snap"
+
+
+def assert_views_equal(a: View, b: View) -> None:
+    assert view_rows(a._kv) == view_rows(b._kv)
+    assert view_answers(a.queries, a._kv) == view_answers(b.queries, b._kv)
+    assert non_partition_rows(a) == non_partition_rows(b)
+
+
+def test_export_restore_round_trip(snapshot, tmp_path):
+    manifest = json.loads((snapshot / MANIFEST).read_text())
+    assert manifest["format_version"] == FORMAT_VERSION and manifest["num_metadata_partitions"] == 5
+    assert manifest["counts"]["quarantined"] > 0 and manifest["counts"]["segments"] > 0
+    result = restore(snapshot, tmp_path / "restored")
+    assert result["partitions"] == manifest["counts"]["partitions"]
+    with View(tmp_path / "restored") as restored, View(tmp_path / "live") as live:
+        assert_views_equal(restored, live)
+        assert restored.metadata_offsets() == {int(k): v for k, v in manifest["metadata_offsets"].items()}
+    assert verify(snapshot, tmp_path / "restored") == []
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_scenario_export_restore(name, tmp_path):
+    replayed_view(name, tmp_path).close()
+    export(tmp_path / "replayed", tmp_path / "snap", 50)
+    restore(tmp_path / "snap", tmp_path / "restored")
+    with View(tmp_path / "restored") as restored, View(tmp_path / "replayed") as replayed:
+        assert_views_equal(restored, replayed)
+
+
+def test_verify_reports_every_difference(snapshot, tmp_path):
+    events, tps = workload_events(3000, seed=7)
+    with live_view(events[:2500], tps, tmp_path / "more") as view:  # the same first records ...
+        with view.batch() as batch:  # ... then more
+            for mp, offset, value in events[2500:]:
+                batch.apply(mp, offset, value)
+    diffs = verify(snapshot, tmp_path / "more")
+    assert diffs and any("metadata partition" in d for d in diffs) and any("partition topic-" in d for d in diffs)
+
+
+def _rewrite_manifest(snap, change):
+    path = snap / MANIFEST
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    manifest["manifest_sha256"] = _manifest_checksum(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def _flip_byte(path, pos):
+    data = bytearray(path.read_bytes())
+    data[pos] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+CORRUPTIONS = {
+    "no manifest": (lambda s: (s / MANIFEST).unlink(), "manifest missing"),
+    "manifest not json": (lambda s: (s / MANIFEST).write_text("{"), "not valid JSON"),
+    "manifest altered": (lambda s: (s / MANIFEST).write_text(
+        (s / MANIFEST).read_text().replace('"num_metadata_partitions": 5', '"num_metadata_partitions": 6')),
+        "checksum mismatch"),
+    "newer format": (lambda s: _rewrite_manifest(s, lambda m: m.update(format_version=FORMAT_VERSION + 1)),
+                     "format version"),
+    "partition file missing": (lambda s: (s / "partitions-00000.avro").unlink(), "file missing"),
+    "quarantine file missing": (lambda s: (s / "quarantine.avro").unlink(), "file missing"),
+    "truncated": (lambda s: (s / "partitions-00000.avro").write_bytes((s / "partitions-00000.avro").read_bytes()[:-100]),
+                  "truncated"),
+    "byte flipped": (lambda s: _flip_byte(s / "partitions-00000.avro", 300), "SHA-256 mismatch"),
+    "byte flipped, checksums forged": (lambda s: (_flip_byte(s / "partitions-00000.avro", 300), _forge(s)),
+                                       "partitions-00000.avro"),
+    "counts forged": (lambda s: _rewrite_manifest(s, lambda m: m["counts"].update(segments=1)), "counts"),
+    "foreign avro file": (lambda s: (_foreign(s), _forge(s)), "schema"),
+}
+
+
+def _forge(snap):
+    """Recompute sizes and checksums in the manifest, as a careless tool would."""
+    from snapshots.format import _sha256
+
+    def change(m):
+        for entry in m["partition_files"] + [m["quarantine_file"]]:
+            path = snap / entry["name"]
+            entry["bytes"], entry["sha256"] = path.stat().st_size, _sha256(path)
+    _rewrite_manifest(snap, change)
+
+
+def _foreign(snap):
+    shutil.copy(snap / "quarantine.avro", snap / "partitions-00000.avro")
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
+def test_corrupt_snapshot_refused(case, snapshot, tmp_path):
+    corrupt, message = CORRUPTIONS[case]
+    corrupt(snapshot)
+    with pytest.raises(SnapshotError, match=message):
+        read_snapshot(snapshot)
+    with pytest.raises(SnapshotError):
+        restore(snapshot, tmp_path / "restored")
+    assert not (tmp_path / "restored").exists()
+    assert not list(tmp_path.glob("restored*"))
+    result = CliRunner().invoke(main, ["snapshot", "restore", str(snapshot), "--db", str(tmp_path / "restored")])
+    assert result.exit_code == 1 and "error:" in result.output
+
+
+def test_restore_refuses_a_non_empty_target(snapshot, tmp_path):
+    restore(snapshot, tmp_path / "restored")
+    with pytest.raises(SnapshotError, match="not empty"):
+        restore(snapshot, tmp_path / "restored")
+
+
+def test_cli_export_restore_verify(tmp_path):
+    events, tps = workload_events(1500, seed=9)
+    live_view(events, tps, tmp_path / "live").close()
+    runner = CliRunner()
+    result = runner.invoke(main, ["snapshot", "export", "--db", str(tmp_path / "live"), "--out", str(tmp_path / "s"),
+                                  "--num-partitions", "5"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["counts"]["partitions"] > 0
+    result = runner.invoke(main, ["snapshot", "restore", str(tmp_path / "s"), "--db", str(tmp_path / "r"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, ["snapshot", "verify", str(tmp_path / "s"), "--db", str(tmp_path / "r")])
+    assert result.exit_code == 0 and json.loads(result.output.splitlines()[-1]) == {"differences": 0}
+    with View(tmp_path / "r") as view, view.batch() as batch:
+        batch.apply(0, 10_000, b"\x00garbage")
+    result = runner.invoke(main, ["snapshot", "verify", str(tmp_path / "s"), "--db", str(tmp_path / "r")])
+    assert result.exit_code == 1 and "quarantine 0/10000" in result.output
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_parallel_restore_from_many_files(workers, tmp_path, monkeypatch):
+    import snapshots.format as fmt
+    monkeypatch.setattr(fmt, "SEGMENTS_PER_FILE", 8)
+    events, tps = workload_events(3000, seed=13)
+    live_view(events, tps, tmp_path / "live").close()
+    manifest = export(tmp_path / "live", tmp_path / "snap", 5)
+    assert len(manifest["partition_files"]) > 3
+    result = restore(tmp_path / "snap", tmp_path / "restored", workers=workers)
+    assert result["segments"] == manifest["counts"]["segments"]
+    with View(tmp_path / "restored") as restored, View(tmp_path / "live") as live:
+        assert_views_equal(restored, live)
+    # a damaged file in the second run of files: refused, nothing left behind
+    last = tmp_path / "snap" / manifest["partition_files"][-1]["name"]
+    _flip_byte(last, 200)
+    _forge(tmp_path / "snap")
+    with pytest.raises(SnapshotError):
+        restore(tmp_path / "snap", tmp_path / "again", workers=workers)
+    assert not list(tmp_path.glob("again*"))

@@ -1,0 +1,208 @@
+"""Spark rebuild -> restore against the service's view and ``rlmm replay``: one local Spark session for
+the whole run (``local[2]``), the real test broker, small data."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from consumers.manager import RemoteLogMetadataManager
+from consumers.topic import ensure_topic
+from confluent_kafka import Producer
+
+from rlmm.replay import Scenario
+from rlmm.state.view import View
+from snapshots.archive import write_archive
+from snapshots.format import read_snapshot
+from snapshots.job import build, spark_session
+from snapshots.restore import restore, verify
+from tests.snapshot_support import (
+    SCENARIOS,
+    live_view,
+    non_partition_rows,
+    replayed_view,
+    scenario_dir,
+    scenario_events,
+    view_answers,
+    view_rows,
+    workload_events,
+)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    java = shutil.which("java")
+    if java is None:
+        pytest.fail("the Spark tests need Java 17 on PATH (`java -version` found nothing)", pytrace=False)
+    version = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    assert "version" in version, f"`java -version` gave {version!r}"
+    session = spark_session("local[2]")
+    yield session
+    session.stop()
+
+
+def produce(config, events) -> None:
+    """Produce records at their own offsets (each metadata partition's offsets are 0..n-1 in order)."""
+    ensure_topic(AdminClient(config.admin_config()), config)
+    producer = Producer({"bootstrap.servers": config.bootstrap_servers, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5})
+    delivered = []
+    for mp, offset, value in events:
+        producer.produce(config.topic, value=value, partition=mp,
+                         on_delivery=lambda err, msg, want=(mp, offset): delivered.append((err, msg.offset(), want)))
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert all(err is None and got == want[1] for err, got, want in delivered), "records must land at their offsets"
+
+
+def dense(events):
+    """Events renumbered so that each metadata partition's offsets are 0, 1, 2, ... (as a topic has them);
+    redeliveries become records of their own at a later offset."""
+    nxt: dict[int, int] = {}
+    out = []
+    for mp, _, value in events:
+        out.append((mp, nxt.get(mp, 0), value))
+        nxt[mp] = nxt.get(mp, 0) + 1
+    return out
+
+
+def assert_view_equal(restored: View, expected: View, only=None) -> None:
+    rows, exp_rows = view_rows(restored._kv), view_rows(expected._kv)
+    if only is not None:
+        exp_rows = {tp: r for tp, r in exp_rows.items() if tp in only}
+    assert rows == exp_rows
+    answers = view_answers(restored.queries, restored._kv)
+    exp_answers = {tp: a for tp, a in view_answers(expected.queries, expected._kv).items() if tp in rows}
+    assert answers == exp_answers
+    assert non_partition_rows(restored) == non_partition_rows(expected)
+
+
+def test_archive_rebuild_restore_equals_live_view(spark, tmp_path):
+    events, tps = workload_events(3000, seed=11)
+    events = dense(events)
+    write_archive(tmp_path / "archive", events, 5)
+    manifest = build(spark, tmp_path / "snap", archive_dir=tmp_path / "archive")
+    assert manifest["counts"]["quarantined"] > 0
+    restore(tmp_path / "snap", tmp_path / "restored")
+    with View(tmp_path / "restored") as restored, live_view(events, tps, tmp_path / "live") as live:
+        assert_view_equal(restored, live, only=set(tps))
+    assert verify(tmp_path / "snap", tmp_path / "live") == []
+
+
+def unique_stream(name):
+    """A scenario's records as the topic holds them: each (partition, offset) once."""
+    seen, out = set(), []
+    for mp, offset, value in scenario_events(name):
+        if (mp, offset) not in seen:
+            seen.add((mp, offset))
+            out.append((mp, offset, value))
+    return out
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_scenario_kafka_rebuild_equals_replay(name, spark, rlmm_config, kafka, tmp_path):
+    import json
+    meta = json.loads((scenario_dir(name) / "scenario.json").read_text())
+    config = rlmm_config(num_partitions=meta["num_metadata_partitions"])
+    produce(config, unique_stream(name))
+    manifest = build(spark, tmp_path / "snap", bootstrap=kafka.bootstrap_servers, topic=config.topic)
+    assert manifest["num_metadata_partitions"] == meta["num_metadata_partitions"]
+    restore(tmp_path / "snap", tmp_path / "restored")
+    assigned = {tp for tp, _ in Scenario.load(scenario_dir(name)).assigned}
+    with View(tmp_path / "restored") as restored, replayed_view(name, tmp_path) as replayed:
+        rows = view_rows(restored._kv)
+        expected = view_rows(replayed._kv)
+        for tp in assigned & rows.keys():
+            assert rows[tp] == expected[tp]
+        answers = view_answers(restored.queries, restored._kv)
+        expected_answers = view_answers(replayed.queries, replayed._kv)
+        for tp in assigned & rows.keys():
+            assert answers[tp] == expected_answers[tp]
+        # every assigned partition the replay applied a record to is in the snapshot
+        applied = {tp for tp in assigned if replayed.queries.partition_row(tp).last_applied_offset is not None}
+        assert applied <= rows.keys()
+        assert non_partition_rows(restored) == non_partition_rows(replayed)
+
+
+def test_generated_kafka_snapshot_tail_incremental(spark, rlmm_config, kafka, tmp_path):
+    """Kafka rebuild = the service's view; snapshot at X + the service tailing from X = a full replay;
+    an incremental build from X = a full build."""
+    events, tps = workload_events(4000, seed=21, metadata_partitions=4)
+    events = dense(events)
+    cut = len(events) * 6 // 10
+    config = rlmm_config(num_partitions=4)
+    produce(config, events[:cut])
+    build(spark, tmp_path / "snap-x", bootstrap=kafka.bootstrap_servers, topic=config.topic)
+    produce(config, events[cut:])
+    build(spark, tmp_path / "snap-full", bootstrap=kafka.bootstrap_servers, topic=config.topic)
+    build(spark, tmp_path / "snap-incr", bootstrap=kafka.bootstrap_servers, topic=config.topic,
+          base_dir=tmp_path / "snap-x")
+
+    full, incr = read_snapshot(tmp_path / "snap-full"), read_snapshot(tmp_path / "snap-incr")
+    key = lambda s: (s.tp.topic_id, s.tp.partition)  # noqa: E731
+    assert sorted(incr.states, key=key) == sorted(full.states, key=key)
+    assert incr.quarantine == full.quarantine
+    assert incr.metadata_offsets == full.metadata_offsets
+    assert full.manifest["counts"]["quarantined"] > 0
+
+    with live_view(events, tps, tmp_path / "live") as live:
+        restore(tmp_path / "snap-full", tmp_path / "restored-full")
+        with View(tmp_path / "restored-full") as restored:
+            assert_view_equal(restored, live, only=set(view_rows(restored._kv)))
+        assert verify(tmp_path / "snap-full", tmp_path / "live") == []
+
+        # snapshot at X, restored, then the service tails the topic from X
+        restore(tmp_path / "snap-x", tmp_path / "tailed")
+        with View(tmp_path / "tailed") as view:
+            start = view.metadata_offsets()
+            rlmm = RemoteLogMetadataManager(view, config, tps)
+            with rlmm:
+                assert {mp: p - 1 for mp, p in rlmm.consumer.initial_positions.items()} == start
+                assert rlmm.consumer.wait_ready(None, timeout=60)
+                ends: dict[int, int] = {}
+                for mp, offset, _ in events:
+                    ends[mp] = offset
+                for mp, offset in ends.items():
+                    rlmm.wait_applied(mp, offset, timeout=60)
+                assert rlmm.consumer.wait_ready(None, timeout=60)
+            assert view_rows(view._kv) == view_rows(live._kv)
+            assert view_answers(view.queries, view._kv) == view_answers(live.queries, live._kv)
+            assert non_partition_rows(view) == non_partition_rows(live)
+
+
+def test_cli_archive_then_build_from_archive_equals_kafka_build(spark, rlmm_config, kafka, tmp_path):
+    from click.testing import CliRunner
+
+    from rlmm.cli import main
+    events, tps = workload_events(1500, seed=31, metadata_partitions=3)
+    events = dense(events)
+    config = rlmm_config(num_partitions=3)
+    produce(config, events)
+    runner = CliRunner()
+    result = runner.invoke(main, ["archive", "-b", kafka.bootstrap_servers, "--topic", config.topic,
+                                  "--out", str(tmp_path / "archive"), "--records-per-file", "400", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["records"] == len(events)
+    result = runner.invoke(main, ["snapshot", "build", "--archive", str(tmp_path / "archive"), "--out",
+                                  str(tmp_path / "from-archive"), "--master", "local[2]"])
+    assert result.exit_code == 0, result.output
+    assert "snapshot written" in result.output  # progress (stderr is mixed in by the runner)
+    result = runner.invoke(main, ["snapshot", "build", "-b", kafka.bootstrap_servers, "--topic", config.topic,
+                                  "--out", str(tmp_path / "from-kafka"), "--split", "300", "--quiet"])
+    assert result.exit_code == 0, result.output
+    a, k = read_snapshot(tmp_path / "from-archive"), read_snapshot(tmp_path / "from-kafka")
+    key = lambda s: (s.tp.topic_id, s.tp.partition)  # noqa: E731
+    assert sorted(a.states, key=key) == sorted(k.states, key=key)
+    assert a.quarantine == k.quarantine and a.metadata_offsets == k.metadata_offsets
+    assert spark.range(3).count() == 3  # the session survived the in-process command
+    result = runner.invoke(main, ["snapshot", "restore", str(tmp_path / "from-kafka"), "--db", str(tmp_path / "v"),
+                                  "--quiet"])
+    assert result.exit_code == 0, result.output
+    with live_view(events, tps, tmp_path / "live"):
+        pass
+    result = runner.invoke(main, ["snapshot", "verify", str(tmp_path / "from-kafka"), "--db", str(tmp_path / "live")])
+    assert result.exit_code == 0, result.output
