@@ -177,21 +177,29 @@ def _read_segment_id(data: bytes, p: int, unknown: list[tuple[str, int, bytes]])
     return topic, topic_id, partition, segment_id, p
 
 
+def _read_segment_tail(data: bytes, p: int, unknown: list[tuple[str, int, bytes]]
+                       ) -> tuple[int, bytes | None, int, bool | None, int]:
+    """The fields after the leader epochs, common to segments and snapshots: (size, custom metadata,
+    state id, TxnIndexEmpty or None when absent, next position)."""
+    size, n = I32_B.unpack_from(data, p)
+    custom, p = _read_custom_metadata(data, p + 4, n)
+    state_id, n = I8_B.unpack_from(data, p)
+    p += 1
+    if n:
+        txn, p = read_tags(data, p, "", unknown, bool_tag0=True)
+    else:
+        txn = None
+        p += 1
+    return size, custom, state_id, txn, p
+
+
 def _read_segment(data: bytes, p: int) -> SegmentMetadata:
     unknown: list[tuple[str, int, bytes]] = []
     try:
         topic, topic_id, partition, segment_id, p = _read_segment_id(data, p, unknown)
         start, end, broker, max_ts, event_ts, n = SEGMENT_RUN_B.unpack_from(data, p)
         epochs, p = _read_epochs(data, p + 36, n, unknown)
-        size, n = I32_B.unpack_from(data, p)
-        custom, p = _read_custom_metadata(data, p + 4, n)
-        state_id, n = I8_B.unpack_from(data, p)
-        p += 1
-        if n:
-            txn, p = read_tags(data, p, "", unknown, bool_tag0=True)
-        else:
-            txn = None
-            p += 1
+        size, custom, state_id, txn, p = _read_segment_tail(data, p, unknown)
     except (IndexError, struct.error):
         raise _truncated(p) from None
     _check_end(data, p)
@@ -367,15 +375,7 @@ def _read_snapshot(data: bytes, p: int) -> SegmentSnapshot:
     try:
         segment_id, start, end, broker, max_ts, event_ts, n = SNAPSHOT_RUN_B.unpack_from(data, p)
         epochs, p = _read_epochs(data, p + 52, n, unknown)
-        size, n = I32_B.unpack_from(data, p)
-        custom, p = _read_custom_metadata(data, p + 4, n)
-        state_id, n = I8_B.unpack_from(data, p)
-        p += 1
-        if n:
-            txn, p = read_tags(data, p, "", unknown, bool_tag0=True)
-        else:
-            txn = None
-            p += 1
+        size, custom, state_id, txn, p = _read_segment_tail(data, p, unknown)
     except (IndexError, struct.error):
         raise _truncated(p) from None
     _check_end(data, p)
