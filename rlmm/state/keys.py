@@ -64,10 +64,6 @@ def read_u32(data: bytes, pos: int = 0) -> int:
     return _U32.unpack_from(data, pos)[0]
 
 
-def epoch_bytes(epoch: int) -> bytes:
-    return _U32.pack(epoch + _I32_FLIP)
-
-
 def offset_bytes(offset: int) -> bytes:
     return _U64.pack(offset + _I64_FLIP)
 
