@@ -197,5 +197,13 @@ from snapshots.cli import archive as _archive, snapshot as _snapshot  # noqa: E4
 main.add_command(_snapshot)
 main.add_command(_archive)
 
+from rlmm.demo import demo as _demo  # noqa: E402  (rlmm demo: the whole stack locally)
+
+main.add_command(_demo)
+
+from rlmm.server.healthcheck import health as _health  # noqa: E402  (probe for Docker/k8s)
+
+main.add_command(_health)
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,338 @@
+"""``rlmm demo``: the whole stack on this machine in one command.
+
+Starts a local Tansu broker (``consumers/broker.py``), ``rlmm serve`` as a subprocess on a free loopback
+port over a temporary view (Kafka-backed, so it consumes and writes), registers the partitions of a
+``rlmm.workload.Workload``, produces the workload's records to the metadata topic (plus one undecodable
+record, raw), waits until every partition is ready and every record is consumed, runs one round of every
+query through ``rlmm.client`` and prints a summary. Ctrl-C stops everything: the service and the broker
+by PID, the temporary directory removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import click
+
+TOPIC = "__remote_log_metadata"
+UNDECODABLE = b"\xff\xfe not a remote log metadata record"
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+class _Service:
+    """``rlmm serve`` in its own process; stopped by PID (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, workdir: Path, bootstrap: str, metadata_partitions: int) -> None:
+        self.log_path = workdir / "serve.log"
+        self.view = workdir / "view"
+        command = [sys.executable, "-m", "rlmm.cli", "serve", "--view", str(self.view), "--listen", "127.0.0.1:0",
+                   "-b", bootstrap, "--log-format", "text", "--log-level", "warning", "--grace-s", "2",
+                   "--set", f"remote.log.metadata.topic.num.partitions={metadata_partitions}",
+                   "--set", "remote.log.metadata.topic.replication.factor=1",
+                   "--set", "remote.log.metadata.topic.min.insync.replicas=1"]
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log,
+                                        start_new_session=True)  # Ctrl-C reaches us; we stop it ourselves
+        self.port: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_serving(self, timeout: float = 30.0) -> int:
+        line: list[bytes] = []
+        reader = threading.Thread(target=lambda: line.append(self.process.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not line or not line[0]:
+            self.stop()
+            raise DemoError(f"rlmm serve did not start; its log ends with:\n{self.log_tail()}")
+        self.port = json.loads(line[0])["port"]
+        return self.port
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-2000:]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._log.close()
+
+
+def _timed(call):
+    start = time.perf_counter()
+    result = call()
+    return result, (time.perf_counter() - start) * 1000.0
+
+
+def run_demo(events: int, partitions: int, metadata_partitions: int, seed: int, timeout: float, keep: bool,
+             as_json: bool) -> dict:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from consumers.broker import LocalBroker
+    from consumers.config import RlmmConfig
+    from consumers.producer import MetadataProducer
+    from rlmm.client import RlmmClient, RlmmError
+    from rlmm.workload import Workload, WorkloadConfig
+
+    console = Console(stderr=True, quiet=as_json)
+    workdir = Path(tempfile.mkdtemp(prefix="rlmm-demo-"))
+    broker: LocalBroker | None = None
+    service: _Service | None = None
+    summary: dict = {}
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=False) as progress:
+            step = progress.add_task("starting broker and service", total=3)
+            broker = LocalBroker(log_path=workdir / "tansu.log").start()
+            progress.advance(step)
+            service = _Service(workdir, broker.bootstrap_servers, metadata_partitions)
+            port = service.wait_serving()
+            target = f"127.0.0.1:{port}"
+            progress.advance(step)
+            client = RlmmClient(target, timeout=10.0, retry_for=30.0)
+            workload = Workload(WorkloadConfig(partitions=partitions, metadata_partitions=metadata_partitions,
+                                               seed=seed, redelivery_share=0.0))
+            tps = workload.user_partitions()
+            client.on_partition_leadership_changes(tps, [])
+            progress.advance(step)
+
+            config = RlmmConfig.from_properties(broker.bootstrap_servers, {
+                "remote.log.metadata.topic.num.partitions": str(metadata_partitions),
+                "remote.log.metadata.topic.replication.factor": "1",
+                "remote.log.metadata.topic.min.insync.replicas": "1"})
+            _wait_topic(client, config, metadata_partitions, timeout)
+            producer = MetadataProducer(config)
+            send = progress.add_task("producing workload records", total=events + 1)
+            futures = []
+            started = time.perf_counter()
+            try:
+                for i, event in enumerate(workload.events(events)):
+                    futures.append(_send(producer, event.metadata_partition, event.value, timeout))
+                    if i % 200 == 0:
+                        progress.update(send, completed=i)
+                # one record that no Kafka deserializer accepts, produced raw
+                futures.append(_send(producer, workload.metadata_partition_of(tps[0]), UNDECODABLE, timeout))
+            finally:
+                producer.close()
+            for future in futures:
+                future.result(timeout)
+            produced = len(futures)
+            progress.update(send, completed=produced)
+
+            ingest = progress.add_task("service consuming into its view", total=produced)
+            deadline = time.monotonic() + timeout
+            while True:
+                status = client.status()
+                consumed = _applied(status)
+                progress.update(ingest, completed=min(consumed, produced))
+                if consumed >= produced:
+                    break
+                if time.monotonic() > deadline:
+                    raise DemoError(f"the service consumed {consumed} of {produced} records within {timeout} s")
+                time.sleep(0.05)
+            ingest_s = time.perf_counter() - started
+            # a partition whose deletion finished is gone (not ready, as in Kafka): wait for the others
+            deleted = [p.tp for p in workload.partitions if p.deleted]
+            live = [tp for tp in tps if tp not in deleted]
+            ready_wait = progress.add_task("waiting for readiness", total=len(live))
+            ready_start = time.perf_counter()
+            if not client.wait_ready(live, timeout):
+                raise DemoError("not every (undeleted) partition became ready")
+            progress.update(ready_wait, completed=len(live))
+            ready_ms = (time.perf_counter() - ready_start) * 1000.0
+
+            # one round of every query, on the partition with the most segments
+            queries = progress.add_task("one round of every query", total=10)
+            sizes = {tp: client.remote_log_size(tp) for tp in live}
+            tp = max(live, key=lambda t: sizes[t])
+            segments = client.list_remote_log_segments(tp)
+            some = segments[len(segments) // 2] if segments else None
+            epoch, offset = ((some.segment_leader_epochs[0][0], some.start_offset) if some else (0, 0))
+            calls = {
+                "remote_log_segment_metadata": lambda: client.remote_log_segment_metadata(tp, epoch, offset),
+                "batch_remote_log_segment_metadata":
+                    lambda: client.remote_log_segment_metadata_batch([(tp, epoch, offset)] * 10),
+                "highest_offset_for_epoch": lambda: client.highest_offset_for_epoch(tp, epoch),
+                "list_remote_log_segments": lambda: client.list_remote_log_segments(tp),
+                "list_epoch_segments": lambda: client.list_epoch_segments(tp, epoch),
+                "remote_log_size": lambda: client.remote_log_size(tp),
+                "remote_log_size_epoch": lambda: client.remote_log_size(tp, epoch),
+                "next_segment_with_txn_index": lambda: client.next_segment_with_txn_index(tp, epoch, 0),
+                "max_timestamp": lambda: client.max_timestamp(tp),
+                "is_ready": lambda: client.is_ready(tp),
+            }
+            latencies: dict[str, dict] = {}
+            for name, call in calls.items():
+                try:
+                    result, ms = _timed(call)
+                    answer = (len(result) if isinstance(result, list) else
+                              result if isinstance(result, (bool, int)) or result is None else "segment")
+                    latencies[name] = {"ms": round(ms, 3), "answer": answer}
+                except RlmmError as exc:  # an answer too (e.g. RemoteResourceNotFound), still a round trip
+                    latencies[name] = {"ms": None, "error": exc.code.name}
+                progress.advance(queries)
+            status, status_ms = _timed(client.status)
+            latencies["status"] = {"ms": round(status_ms, 3), "answer": "status"}
+            health, health_ms = _timed(client.health)
+            latencies["health"] = {"ms": round(health_ms, 3), "answer": health}
+
+        applied = _applied(status)
+        ready = sum(1 for t in live if client.is_ready(t))
+        summary = {
+            "broker": {"bootstrap_servers": broker.bootstrap_servers, "pid": broker.pid},
+            "service": {"address": target, "pid": service.pid},
+            "events_sent": produced,
+            "events_applied": applied,
+            "ingest_seconds": round(ingest_s, 3),
+            "events_per_second": round(applied / ingest_s, 1) if ingest_s > 0 else 0.0,
+            "partitions": len(tps),
+            "partitions_ready": ready,
+            "partitions_deleted": len(deleted),  # by the workload (partition deletion): no longer served
+            "ready_wait_ms": round(ready_ms, 3),
+            "metadata_partitions": metadata_partitions,
+            "quarantined": status["quarantined"],
+            "counters": status["counters"],
+            "health": health,
+            "query_partition": f"{_tp_text(tp)}",
+            "queries": latencies,
+        }
+        client.close()
+        if as_json:
+            click.echo(json.dumps(summary))
+        else:
+            _print_summary(console, summary)
+        if keep:
+            _keep(summary, tp, epoch, offset, as_json)
+        return summary
+    finally:
+        if service is not None:
+            service.stop()
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _wait_topic(client, config, metadata_partitions: int, timeout: float) -> None:
+    """Produce only once the service created the metadata topic (health SERVING: the consumer runs on a
+    known-good topic) and the broker lists all its partitions: a producer asking for an unknown topic
+    could have the broker auto-create it with the wrong partition count."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
+    deadline = time.monotonic() + timeout
+    while True:
+        if client.health() == "SERVING":
+            topic = admin.list_topics(topic=config.topic, timeout=5).topics.get(config.topic)
+            if topic is not None and topic.error is None and len(topic.partitions) == metadata_partitions:
+                return
+        if time.monotonic() > deadline:
+            raise DemoError(f"the service did not create {config.topic} with {metadata_partitions} partitions "
+                            f"within {timeout} s")
+        time.sleep(0.05)
+
+
+def _send(producer, metadata_partition: int, value: bytes, timeout: float):
+    """Produce, waiting while the producer does not know the topic's partitions yet (just created)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return producer.send(metadata_partition, value)
+        except KafkaException as exc:
+            code = exc.args[0].code() if exc.args else None
+            if code not in (KafkaError._UNKNOWN_PARTITION, KafkaError._QUEUE_FULL) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _applied(status: dict) -> int:
+    """Records the view applied: offsets start at 0 in every metadata partition."""
+    return sum(mp["applied_offset"] + 1 for mp in status["metadata_partitions"] if mp["applied_offset"] is not None)
+
+
+def _tp_text(tp) -> str:
+    from rlmm.records.uuid import uuid_to_str
+
+    return f"{uuid_to_str(tp.topic_id)}:{tp.topic}:{tp.partition}"
+
+
+def _print_summary(console, s: dict) -> None:
+    from rich.table import Table
+
+    console.print(f"[bold]rlmm demo[/bold]: {s['events_applied']} of {s['events_sent']} records applied in "
+                  f"{s['ingest_seconds']} s = [bold]{s['events_per_second']:,} events/s[/bold]; "
+                  f"{s['partitions_ready']}/{s['partitions'] - s['partitions_deleted']} partitions ready "
+                  f"({s['partitions_deleted']} deleted by the workload) "
+                  f"(ready wait {s['ready_wait_ms']:.1f} ms); quarantined: {s['quarantined']}; health {s['health']}")
+    table = Table("query", "latency ms", "answer")
+    for name, q in s["queries"].items():
+        table.add_row(name, "-" if q.get("ms") is None else f"{q['ms']:.3f}", str(q.get("answer", q.get("error"))))
+    console.print(table)
+
+
+def _keep(s: dict, tp, epoch: int, offset: int, as_json: bool) -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    target = s["service"]["address"]
+    lines = [f"broker {s['broker']['bootstrap_servers']} (pid {s['broker']['pid']}), "
+             f"service {target} (pid {s['service']['pid']}); Ctrl-C stops both",
+             f"rlmm query --target {target} status",
+             f"rlmm query --target {target} segment {_tp_text(tp)} {epoch} {offset}"]
+    for line in lines:
+        click.echo(line, err=as_json)
+    stop.wait()
+
+
+@click.command()
+@click.option("--events", type=click.IntRange(min=1), default=20_000, show_default=True,
+              help="Workload records to produce (one undecodable record is added).")
+@click.option("--partitions", type=click.IntRange(min=1), default=50, show_default=True,
+              help="User partitions the workload uploads segments for.")
+@click.option("--metadata-partitions", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Partitions of the metadata topic.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Workload seed.")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds to wait for ingestion and readiness.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object (no progress bars).")
+@click.option("--keep", is_flag=True, help="Leave broker and service running until Ctrl-C; print how to query them.")
+def demo(events: int, partitions: int, metadata_partitions: int, seed: int, timeout: float, as_json: bool,
+         keep: bool) -> None:
+    """Start a local broker and `rlmm serve`, run a tiered-storage workload through them, query, summarize.
+
+    Needs the dev extra (pip install 'rlmm[dev]') for the local broker. Everything is stopped and
+    removed at the end (or on Ctrl-C)."""
+    from consumers.broker import BrokerError
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)  # also when started with SIGINT ignored (a background job)
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        run_demo(events, partitions, metadata_partitions, seed, timeout, keep, as_json)
+    except (DemoError, BrokerError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    except KeyboardInterrupt:
+        click.echo("interrupted: broker and service stopped, temporary files removed", err=True)
+        sys.exit(130)
