@@ -480,20 +480,23 @@ def _write_epochs(parts: list[bytes], epochs: LeaderEpochs, tags: _Tags) -> None
         parts.append(_tags(tags, f"epoch:{epoch}") if tags else _EMPTY_TAGS)
 
 
-def _write_segment(r: SegmentMetadata, tags: _Tags) -> list[bytes]:
+def _segment_id_parts(r: SegmentMetadata | SegmentUpdate, tags: _Tags) -> list[bytes]:
+    """RemoteLogSegmentIdEntry with its nested TopicIdPartitionEntry."""
     tp = r.tp
-    parts = [
-        b"\x01\x00\x00",
+    return [
         compact_string(tp.topic, "topic name"),
         uuid_bytes(tp.topic_id, "topic id"),
         I32.pack(tp.partition),
         _tags(tags, "segment_id.topic_id_partition"),
         uuid_bytes(r.segment_id, "segment id"),
         _tags(tags, "segment_id"),
-        SEGMENT_RUN.pack(
-            r.start_offset, r.end_offset, r.broker_id, r.max_timestamp_ms, r.event_timestamp_ms
-        ),
     ]
+
+
+def _add_segment_fields(parts: list[bytes], r: SegmentMetadata | SegmentSnapshot, tags: _Tags) -> list[bytes]:
+    """The fields from StartOffset to the end, common to segments and snapshots."""
+    parts.append(SEGMENT_RUN.pack(r.start_offset, r.end_offset, r.broker_id, r.max_timestamp_ms,
+                                  r.event_timestamp_ms))
     _write_epochs(parts, r.segment_leader_epochs, tags)
     parts += (
         I32.pack(r.segment_size_in_bytes),
@@ -504,16 +507,14 @@ def _write_segment(r: SegmentMetadata, tags: _Tags) -> list[bytes]:
     return parts
 
 
+def _write_segment(r: SegmentMetadata, tags: _Tags) -> list[bytes]:
+    return _add_segment_fields([b"\x01\x00\x00", *_segment_id_parts(r, tags)], r, tags)
+
+
 def _write_update(r: SegmentUpdate, tags: _Tags) -> list[bytes]:
-    tp = r.tp
     return [
         b"\x01\x01\x00",
-        compact_string(tp.topic, "topic name"),
-        uuid_bytes(tp.topic_id, "topic id"),
-        I32.pack(tp.partition),
-        _tags(tags, "segment_id.topic_id_partition"),
-        uuid_bytes(r.segment_id, "segment id"),
-        _tags(tags, "segment_id"),
+        *_segment_id_parts(r, tags),
         I32_I64.pack(r.broker_id, r.event_timestamp_ms),
         compact_nullable_bytes(r.custom_metadata),
         I8.pack(r.state),
@@ -535,21 +536,7 @@ def _write_delete(r: PartitionDelete, tags: _Tags) -> list[bytes]:
 
 
 def _write_snapshot(r: SegmentSnapshot, tags: _Tags) -> list[bytes]:
-    parts = [
-        b"\x01\x03\x00",
-        uuid_bytes(r.segment_id, "segment id"),
-        SEGMENT_RUN.pack(
-            r.start_offset, r.end_offset, r.broker_id, r.max_timestamp_ms, r.event_timestamp_ms
-        ),
-    ]
-    _write_epochs(parts, r.segment_leader_epochs, tags)
-    parts += (
-        I32.pack(r.segment_size_in_bytes),
-        compact_nullable_bytes(r.custom_metadata),
-        I8.pack(r.state),
-        _top_tags(tags, r.txn_index_empty),
-    )
-    return parts
+    return _add_segment_fields([b"\x01\x03\x00", uuid_bytes(r.segment_id, "segment id")], r, tags)
 
 
 _WRITERS: dict[type, Callable[[Any, _Tags], list[bytes]]] = {
