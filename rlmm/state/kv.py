@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from sortedcontainers import SortedDict, SortedList
+from sortedcontainers import SortedList
 
 from rlmm.state.keys import prefix_end
 
@@ -58,49 +58,69 @@ def scan(kv: ReadKV, cf: str, prefix: bytes) -> Iterator[Item]:
 
 
 class MemoryKV:
-    """An in-memory ordered store (one SortedDict per column family)."""
+    """An in-memory ordered store: a dict per column family, with a sorted index of its keys built on
+    the first ordered read and kept up to date from then on (folds mostly put and get)."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, SortedDict] = {}
+        self.tables: dict[str, dict[bytes, bytes]] = {}
+        self._order: dict[str, SortedList] = {}
 
-    def _table(self, cf: str) -> SortedDict:
+    def _table(self, cf: str) -> dict[bytes, bytes]:
         table = self.tables.get(cf)
         if table is None:
-            table = self.tables[cf] = SortedDict()
+            table = self.tables[cf] = {}
         return table
 
+    def _sorted(self, cf: str) -> SortedList:
+        order = self._order.get(cf)
+        if order is None:
+            order = self._order[cf] = SortedList(self._table(cf))
+        return order
+
     def get(self, cf: str, key: bytes) -> bytes | None:
-        return self._table(cf).get(key)
+        table = self.tables.get(cf)
+        return None if table is None else table.get(key)
 
     def iter_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
         table = self._table(cf)
-        for k in _irange_up(table, key, prefix):
+        for k in _irange_up(self._sorted(cf), key, prefix):
             yield k, table[k]
 
     def iter_down_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
         table = self._table(cf)
-        for k in _irange_down(table, key, prefix):
+        for k in _irange_down(self._sorted(cf), key, prefix):
             yield k, table[k]
 
     def floor(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
-        return next(self.iter_down_from(cf, key, prefix), None)
+        k = next(_irange_down(self._sorted(cf), key, prefix), None)
+        return None if k is None else (k, self.tables[cf][k])
 
     def ceiling(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
-        return next(self.iter_from(cf, key, prefix), None)
+        k = next(_irange_up(self._sorted(cf), key, prefix), None)
+        return None if k is None else (k, self.tables[cf][k])
 
     def put(self, cf: str, key: bytes, value: bytes) -> None:
-        self._table(cf)[key] = value
+        table = self._table(cf)
+        if key not in table:
+            order = self._order.get(cf)
+            if order is not None:
+                order.add(key)
+        table[key] = value
 
     put_new = put
 
     def delete(self, cf: str, key: bytes) -> None:
-        self._table(cf).pop(key, None)
+        table = self._table(cf)
+        if table.pop(key, None) is not None:
+            order = self._order.get(cf)
+            if order is not None:
+                order.remove(key)
 
     def delete_prefix(self, cf: str, prefix: bytes) -> None:
         table = self._table(cf)
-        for k in list(_irange_up(table, prefix, prefix)):
+        for k in list(_irange_up(self._sorted(cf), prefix, prefix)):
             del table[k]
-
+            self._order[cf].remove(k)
 
 
 class StagedKV:
@@ -242,13 +262,13 @@ class StagedKV:
         self.deleted_prefixes.setdefault(cf, []).append(prefix)
 
 
-def _irange_up(table: SortedDict | SortedList, key: bytes, prefix: bytes) -> Iterator[bytes]:
+def _irange_up(table: SortedList, key: bytes, prefix: bytes) -> Iterator[bytes]:
     """Keys >= ``key`` that start with ``prefix``, ascending."""
     end = prefix_end(prefix) if prefix else None
     return table.irange(minimum=max(key, prefix), maximum=end, inclusive=(True, False))
 
 
-def _irange_down(table: SortedDict | SortedList, key: bytes, prefix: bytes) -> Iterator[bytes]:
+def _irange_down(table: SortedList, key: bytes, prefix: bytes) -> Iterator[bytes]:
     """Keys <= ``key`` that start with ``prefix``, descending."""
     end = prefix_end(prefix) if prefix else None
     if end is None or key < end:
