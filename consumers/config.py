@@ -1,10 +1,11 @@
 """Settings of the metadata topic and of rlmm's Kafka clients, under the names Kafka's
 ``TopicBasedRemoteLogMetadataManagerConfig`` uses, with Kafka's defaults.
 
-Names Kafka does not have are marked "rlmm" below. Client settings pass through with Kafka's
-prefixes: ``remote.log.metadata.common.client.*`` (every client), ``remote.log.metadata.producer.*``
-and ``remote.log.metadata.consumer.*``; they are librdkafka (confluent-kafka) settings, whose common
-names (``bootstrap.servers``, ``security.protocol``, ``sasl.*``, ``ssl.*``) are the Java client's.
+``SETTINGS`` lists them, with what each means and whether Kafka has it; ``docs/configuration.md`` is
+generated from it and from ``CLIENT_SETTINGS``. Client settings pass through with Kafka's prefixes:
+``remote.log.metadata.common.client.*`` (every client), ``remote.log.metadata.producer.*`` and
+``remote.log.metadata.consumer.*``; they are librdkafka (confluent-kafka) settings, whose common names
+(``bootstrap.servers``, ``security.protocol``, ``sasl.*``, ``ssl.*``) are the Java client's.
 """
 
 from __future__ import annotations
@@ -18,38 +19,89 @@ COMMON_CLIENT_PREFIX = "remote.log.metadata.common.client."
 PRODUCER_PREFIX = "remote.log.metadata.producer."
 CONSUMER_PREFIX = "remote.log.metadata.consumer."
 
-# property name -> dataclass field
-PROPERTIES = {
-    "remote.log.metadata.topic.name": "topic",  # rlmm: Kafka hard-codes the name
-    "remote.log.metadata.topic.num.partitions": "num_partitions",
-    "remote.log.metadata.topic.replication.factor": "replication_factor",
-    "remote.log.metadata.topic.retention.ms": "retention_ms",
-    "remote.log.metadata.topic.min.insync.replicas": "min_insync_replicas",  # rlmm: Kafka takes the broker default
-    "remote.log.metadata.consume.wait.ms": "consume_wait_ms",
-    "remote.log.metadata.initialization.retry.interval.ms": "retry_interval_ms",
-    "remote.log.metadata.initialization.retry.max.timeout.ms": "retry_max_timeout_ms",
-    "remote.log.metadata.consume.all.partitions": "assign_all",  # rlmm
-    "remote.log.metadata.consume.max.batch.records": "max_batch_records",  # rlmm
-}
+@dataclass(frozen=True)
+class Setting:
+    """A setting under a Kafka-style name (``--set NAME=VALUE``, ``[kafka]`` in ``rlmm serve``'s file)."""
 
-# Fixed client settings: what the design depends on (no group membership, no committed offsets: the
-# view holds the positions; acks=all and idempotence for writes).
-_CONSUMER_FIXED = {
-    "group.id": "rlmm-assign-only",  # the client wants one; rlmm never joins nor commits
-    "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
-    "enable.partition.eof": True,  # reaching a partition's end is how readiness is observed
-    "auto.offset.reset": "earliest",  # an offset that retention removed: go on from the log start
-}
-_PRODUCER_FIXED = {"acks": "all", "enable.idempotence": True}
+    name: str
+    field: str  # the RlmmConfig field it sets (the default is that field's)
+    meaning: str
+    in_kafka: bool  # Kafka's TopicBasedRemoteLogMetadataManagerConfig has this name, with this default
 
-# Defaults that may be overridden. fetch.wait.max.ms: Tansu answers a waiting fetch only when the wait
-# ends, not when a record arrives (Kafka answers at once), so a short wait keeps the write round trip short.
-_CONSUMER_DEFAULTS = {
-    "fetch.wait.max.ms": 10,
-    "statistics.interval.ms": 1000,  # broker liveness (time since the last response) for the status
-}
-_PRODUCER_DEFAULTS = {"linger.ms": 1}
+
+SETTINGS = (
+    Setting("remote.log.metadata.topic.name", "topic",
+            "The metadata topic. Kafka hard-codes `__remote_log_metadata`.", False),
+    Setting("remote.log.metadata.topic.num.partitions", "num_partitions",
+            "Partitions of the metadata topic. An existing topic with another count is refused (Kafka refuses it "
+            "too): records would go where the other brokers do not look.", True),
+    Setting("remote.log.metadata.topic.replication.factor", "replication_factor",
+            "Replication factor of the metadata topic, when rlmm creates it.", True),
+    Setting("remote.log.metadata.topic.retention.ms", "retention_ms",
+            "`retention.ms` of the metadata topic, when rlmm creates it; -1 keeps every record. Records retention "
+            "removes are gone for a view rebuilt from the topic (`rlmm archive` keeps them).", True),
+    Setting("remote.log.metadata.topic.min.insync.replicas", "min_insync_replicas",
+            "`min.insync.replicas` of the metadata topic, when rlmm creates it (Kafka leaves it to the broker "
+            "default).", False),
+    Setting("remote.log.metadata.consume.wait.ms", "consume_wait_ms",
+            "How long a write waits for the consumer to apply its record before failing with a timeout (it may "
+            "still be applied later); also the producer's `message.timeout.ms`.", True),
+    Setting("remote.log.metadata.initialization.retry.interval.ms", "retry_interval_ms",
+            "First delay between attempts to reach the broker and ensure the topic; the delays grow exponentially "
+            "with jitter, at most 5 s apart.", True),
+    Setting("remote.log.metadata.initialization.retry.max.timeout.ms", "retry_max_timeout_ms",
+            "After trying this long, each failed attempt is logged as an error. Kafka gives up and shuts the "
+            "broker down; rlmm keeps trying.", True),
+    Setting("remote.log.metadata.consume.all.partitions", "assign_all",
+            "Consume every metadata partition (a service shared by all brokers), not only those of the registered "
+            "user partitions.", False),
+    Setting("remote.log.metadata.consume.max.batch.records", "max_batch_records",
+            "Most records applied in one atomic view write.", False),
+)
+PROPERTIES = {setting.name: setting.field for setting in SETTINGS}
+
+
+@dataclass(frozen=True)
+class ClientSetting:
+    """A librdkafka setting rlmm gives its consumer or producer: ``fixed`` ones cannot be overridden (the
+    design depends on them), the others are defaults that the client prefixes may override."""
+
+    client: str  # "consumer" or "producer"
+    name: str
+    value: object
+    fixed: bool
+    why: str
+
+
+CLIENT_SETTINGS = (
+    ClientSetting("consumer", "group.id", "rlmm-assign-only", True,
+                  "the client wants one; rlmm assigns partitions itself and never joins the group"),
+    ClientSetting("consumer", "enable.auto.commit", False, True, "no committed offsets: the view holds the positions"),
+    ClientSetting("consumer", "enable.auto.offset.store", False, True, "the view holds the positions"),
+    ClientSetting("consumer", "enable.partition.eof", True, True,
+                  "reaching a partition's end is how readiness is observed"),
+    ClientSetting("consumer", "auto.offset.reset", "earliest", True,
+                  "an offset that retention removed: go on from the log start"),
+    ClientSetting("producer", "acks", "all", True, "as Kafka's own producer of the topic"),
+    ClientSetting("producer", "enable.idempotence", True, True,
+                  "as Kafka's own producer of the topic: a retried send is not written twice"),
+    ClientSetting("consumer", "fetch.wait.max.ms", 10, False,
+                  "Tansu answers a waiting fetch only when the wait ends (Kafka answers when a record arrives): a "
+                  "short wait keeps the write round trip short"),
+    ClientSetting("consumer", "statistics.interval.ms", 1000, False,
+                  "broker liveness (time since the last response) for the status"),
+    ClientSetting("producer", "linger.ms", 1, False, "a write waits at most 1 ms for others to share its batch"),
+)
+
+
+def _client_settings(client: str, fixed: bool) -> dict[str, object]:
+    return {s.name: s.value for s in CLIENT_SETTINGS if s.client == client and s.fixed == fixed}
+
+
+_CONSUMER_FIXED = _client_settings("consumer", fixed=True)
+_PRODUCER_FIXED = _client_settings("producer", fixed=True)
+_CONSUMER_DEFAULTS = _client_settings("consumer", fixed=False)
+_PRODUCER_DEFAULTS = _client_settings("producer", fixed=False)
 
 
 @dataclass(frozen=True)
@@ -62,9 +114,9 @@ class RlmmConfig:
     min_insync_replicas: int = 2
     consume_wait_ms: int = 120_000
     retry_interval_ms: int = 100
-    retry_max_timeout_ms: int = 120_000  # Kafka gives up initializing after this; rlmm logs an error and goes on
-    assign_all: bool = False  # consume every metadata partition (a shared service), not only registered ones
-    max_batch_records: int = 5_000  # records applied per atomic view write
+    retry_max_timeout_ms: int = 120_000
+    assign_all: bool = False
+    max_batch_records: int = 5_000
     common_client: Mapping[str, object] = field(default_factory=dict)
     producer: Mapping[str, object] = field(default_factory=dict)
     consumer: Mapping[str, object] = field(default_factory=dict)
@@ -115,6 +167,14 @@ class RlmmConfig:
         # a write gives up after consume.wait.ms, so the client need not hold the record longer
         defaults = {**_PRODUCER_DEFAULTS, "message.timeout.ms": self.consume_wait_ms}
         return self._client(defaults, self.producer, _PRODUCER_FIXED)
+
+
+def parse_setting(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` (a ``--set`` flag) -> (name, value)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise ValueError(f"--set expects NAME=VALUE, got {text!r}")
+    return name, value
 
 
 def _parse(raw: str, kind: str, name: str) -> object:

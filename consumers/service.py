@@ -37,9 +37,9 @@ def read_partitions(lines: Iterable[str]) -> list[TopicIdPartition]:
 
 
 def run(view_dir: Path, config: RlmmConfig, partitions: list[TopicIdPartition], status_every: float,
-        exit_when_ready: bool, emit: Callable[[dict], None]) -> int:
+        exit_when_ready: bool, emit: Callable[[dict], None]) -> BaseException | None:
     """Consume until SIGTERM/SIGINT (or, with ``exit_when_ready``, until every registered partition is
-    ready); emit a JSON-able status every ``status_every`` s. Returns the exit code."""
+    ready); emit a JSON-able status every ``status_every`` s. Returns why the consumer failed, if it did."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -54,7 +54,7 @@ def run(view_dir: Path, config: RlmmConfig, partitions: list[TopicIdPartition], 
                 stop.wait(status_every)
             emit({"event": "status", **rlmm.status()})
         emit({"event": "stopped", **rlmm.status()})
-    return 1 if consumer.failure is not None else 0
+    return consumer.failure
 
 
 def emit_json(out: TextIO) -> Callable[[dict], None]:

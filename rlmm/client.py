@@ -132,6 +132,7 @@ class RlmmClient:
         self._stub = service_pb2_grpc.RemoteLogMetadataServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self.target = target
         self.timeout = timeout
         self.write_timeout = write_timeout
         self.retry_for = retry_for

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import click
 
+from rlmm.cli_errors import Failure
+
 TOPIC = "__remote_log_metadata"
 UNDECODABLE = b"\xff\xfe not a remote log metadata record"
 
@@ -332,7 +334,7 @@ def demo(events: int, partitions: int, metadata_partitions: int, seed: int, time
     try:
         run_demo(events, partitions, metadata_partitions, seed, timeout, keep, as_json)
     except (DemoError, BrokerError) as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise Failure(str(exc)) from None
     except KeyboardInterrupt:
         click.echo("interrupted: broker and service stopped, temporary files removed", err=True)
         sys.exit(130)

@@ -50,8 +50,12 @@ def _tp(args: dict) -> TopicIdPartition:
 
 def replay(directory: Path, view_dir: Path | None = None, max_batch: int | None = None) -> Iterator[dict]:
     """Yield one ``{"event": i, "apply_result": ...}`` per event, then one ``{"query": j, "answer": ...}``
-    per query (each evaluated at its ``after_event``). ``max_batch`` caps the events per atomic batch."""
-    scenario = Scenario.load(directory)
+    per query (each evaluated at its ``after_event``). ``max_batch`` caps the events per atomic batch.
+    The scenario is read at once: a directory that is not one fails here, before any line."""
+    return _replay(Scenario.load(directory), view_dir, max_batch)
+
+
+def _replay(scenario: Scenario, view_dir: Path | None, max_batch: int | None) -> Iterator[dict]:
     with tempfile.TemporaryDirectory(prefix="rlmm-replay-") as tmp, View(view_dir or Path(tmp) / "view") as view:
         yield from _run(scenario, view, max_batch)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from rlmm.cli_errors import Failure, view_errors
 from snapshots.format import SnapshotError
 
 _DIR = click.Path(file_okay=False, path_type=Path)
@@ -23,9 +24,9 @@ def _progress(quiet: bool):
     return say
 
 
-def _fail(exc: Exception) -> None:
-    click.echo(f"error: {exc}", err=True)
-    sys.exit(1)
+def _kafka_failure(exc: Exception, bootstrap: str, topic: str) -> Failure:
+    return Failure(f"cannot read {topic} from {bootstrap} ({exc}): check --bootstrap-servers and that the broker "
+                   f"is up")
 
 
 @click.group()
@@ -36,7 +37,8 @@ def snapshot() -> None:
 @snapshot.command()
 @click.option("--bootstrap-servers", "-b", "bootstrap", help="Read the metadata topic from this Kafka.")
 @click.option("--archive", "archive_dir", type=_DIR, help="Read an `rlmm archive` directory instead of Kafka.")
-@click.option("--topic", default="__remote_log_metadata", show_default=True)
+@click.option("--topic", default="__remote_log_metadata", show_default=True,
+              help="The metadata topic (remote.log.metadata.topic.name).")
 @click.option("--out", required=True, type=_DIR, help="The new snapshot's directory (must not exist).")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
 @click.option("--from", "base_dir", type=_DIR, help="An older snapshot: fold only the records after its offsets.")
@@ -47,20 +49,28 @@ def build(bootstrap, archive_dir, topic, out, master, base_dir, split, quiet) ->
     """Rebuild a snapshot with Spark from the topic (end offsets fixed at start) or an archive."""
     if (bootstrap is None) == (archive_dir is None):
         raise click.UsageError("give either --bootstrap-servers or --archive")
-    from snapshots.job import build as run, spark_session
+    try:
+        from pyspark.sql import SparkSession
+
+        from snapshots.job import build as run, spark_session
+    except ImportError as exc:
+        raise Failure(f"rlmm snapshot build needs Spark ({exc}): pip install 'rlmm[spark]' (and a Java runtime); "
+                      f"restore, export and verify do not") from None
+    from confluent_kafka import KafkaException
     say = _progress(quiet)
     say(f"starting Spark ({master})")
-    from pyspark.sql import SparkSession
     owned = SparkSession.getActiveSession() is None  # in-process callers (tests) may have one already
     try:
         spark = spark_session(master)
     except RuntimeError as exc:
-        _fail(exc)
+        raise Failure(str(exc)) from None
     try:
         manifest = run(spark, out, bootstrap=bootstrap, topic=topic, archive_dir=archive_dir, base_dir=base_dir,
                        split=split, progress=say)
     except (SnapshotError, ValueError, TimeoutError) as exc:
-        _fail(exc)
+        raise Failure(str(exc)) from None
+    except KafkaException as exc:
+        raise _kafka_failure(exc, bootstrap, topic) from None
     finally:
         if owned:
             spark.stop()
@@ -71,15 +81,16 @@ def build(bootstrap, archive_dir, topic, out, master, base_dir, split, quiet) ->
 @snapshot.command()
 @click.argument("snapshot_dir", type=_DIR)
 @click.option("--db", required=True, type=_DIR, help="The new view's directory (must not exist or be empty).")
-@click.option("--quiet", is_flag=True)
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def restore(snapshot_dir, db, quiet) -> None:
     """Build a fresh view from a snapshot; `rlmm serve` then tails the topic from its offsets."""
     from snapshots.restore import restore as run
     start = time.monotonic()
     try:
-        result = run(snapshot_dir, db, progress=_progress(quiet))
+        with view_errors(db):
+            result = run(snapshot_dir, db, progress=_progress(quiet))
     except SnapshotError as exc:
-        _fail(exc)
+        raise Failure(str(exc)) from None
     result["seconds"] = round(time.monotonic() - start, 3)
     result["metadata_offsets"] = {str(k): v for k, v in result["metadata_offsets"].items()}
     click.echo(json.dumps(result))
@@ -87,49 +98,65 @@ def restore(snapshot_dir, db, quiet) -> None:
 
 @snapshot.command()
 @click.option("--db", required=True, type=_DIR, help="The view (may be in use by a running service).")
-@click.option("--out", required=True, type=_DIR)
+@click.option("--out", required=True, type=_DIR, help="The new snapshot's directory (must not exist).")
 @click.option("--num-partitions", type=click.IntRange(min=1), default=50, show_default=True,
               help="The metadata topic's partition count (remote.log.metadata.topic.num.partitions).")
-@click.option("--topic", default="__remote_log_metadata", show_default=True)
+@click.option("--topic", default="__remote_log_metadata", show_default=True,
+              help="The metadata topic (remote.log.metadata.topic.name).")
 def export(db, out, num_partitions, topic) -> None:
     """Write a snapshot of a view from a consistent point in time, without Spark."""
     from snapshots.restore import export as run
     try:
-        manifest = run(db, out, num_partitions, topic)
+        with view_errors(db):
+            manifest = run(db, out, num_partitions, topic)
     except (SnapshotError, ValueError) as exc:
-        _fail(exc)
+        raise Failure(str(exc)) from None
     click.echo(json.dumps({"snapshot": str(out), "counts": manifest["counts"],
                            "metadata_offsets": manifest["metadata_offsets"]}))
 
 
 @snapshot.command()
 @click.argument("snapshot_dir", type=_DIR)
-@click.option("--db", required=True, type=_DIR)
-def verify(snapshot_dir, db) -> None:
-    """Compare a snapshot with a view; print every difference (exit code 1 if any)."""
+@click.option("--db", required=True, type=_DIR, help="The view (may be in use by a running service).")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print one JSON object {"differences": N, "details": [...]} instead of one line per difference.')
+def verify(snapshot_dir, db, as_json) -> None:
+    """Compare a snapshot with a view; print every difference, then {"differences": N}.
+
+    Exit code 1 if there is any difference (or the snapshot or the view cannot be read)."""
     from snapshots.restore import verify as run
     try:
-        diffs = run(snapshot_dir, db)
+        with view_errors(db):
+            diffs = run(snapshot_dir, db)
     except (SnapshotError, ValueError) as exc:
-        _fail(exc)
-    for d in diffs:
-        click.echo(d)
-    click.echo(json.dumps({"differences": len(diffs)}))
+        raise Failure(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({"differences": len(diffs), "details": diffs}))
+    else:
+        for d in diffs:
+            click.echo(d)
+        click.echo(json.dumps({"differences": len(diffs)}))
     sys.exit(1 if diffs else 0)
 
 
 @click.command()
-@click.option("--bootstrap-servers", "-b", "bootstrap", required=True)
-@click.option("--topic", default="__remote_log_metadata", show_default=True)
-@click.option("--out", required=True, type=_DIR)
-@click.option("--records-per-file", type=click.IntRange(min=1), default=500_000, show_default=True)
-@click.option("--quiet", is_flag=True)
+@click.option("--bootstrap-servers", "-b", "bootstrap", required=True, help="The Kafka to read the topic from.")
+@click.option("--topic", default="__remote_log_metadata", show_default=True,
+              help="The metadata topic (remote.log.metadata.topic.name).")
+@click.option("--out", required=True, type=_DIR, help="The new archive's directory (must not exist).")
+@click.option("--records-per-file", type=click.IntRange(min=1), default=500_000, show_default=True,
+              help="Records per Avro file.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def archive(bootstrap, topic, out, records_per_file, quiet) -> None:
     """Copy the raw records of the metadata topic (value, partition, offset, timestamp) into Avro files."""
+    from confluent_kafka import KafkaException
+
     from snapshots.archive import archive as run
     try:
         manifest = run(bootstrap, topic, out, records_per_file=records_per_file, progress=_progress(quiet))
     except (SnapshotError, ValueError, TimeoutError) as exc:
-        _fail(exc)
+        raise Failure(str(exc)) from None
+    except KafkaException as exc:
+        raise _kafka_failure(exc, bootstrap, topic) from None
     click.echo(json.dumps({"archive": str(out), "files": len(manifest["files"]),
                            "records": sum(f["records"] for f in manifest["files"])}))

@@ -29,12 +29,21 @@ _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+class ServeError(RuntimeError):
+    """The server cannot start for a reason the operator can fix (an address in use, a missing file)."""
+
+
 def server_credentials(settings: ServeSettings) -> grpc.ServerCredentials | None:
     if settings.tls_cert is None:
         return None
-    client_ca = None if settings.tls_client_ca is None else settings.tls_client_ca.read_bytes()
-    return grpc.ssl_server_credentials([(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())],
-                                       root_certificates=client_ca, require_client_auth=client_ca is not None)
+    try:
+        client_ca = None if settings.tls_client_ca is None else settings.tls_client_ca.read_bytes()
+        key, cert = settings.tls_key.read_bytes(), settings.tls_cert.read_bytes()
+    except OSError as exc:
+        raise ServeError(f"cannot read {exc.filename} ({exc.strerror}): check tls_cert, tls_key and "
+                         f"tls_client_ca") from exc
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca,
+                                       require_client_auth=client_ca is not None)
 
 
 class RlmmServer:
@@ -64,8 +73,12 @@ class RlmmServer:
         credentials = server_credentials(settings)
         host, port = split_address(settings.listen)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self.port = (self._server.add_secure_port(address, credentials) if credentials is not None
-                     else self._server.add_insecure_port(address))
+        try:
+            self.port = (self._server.add_secure_port(address, credentials) if credentials is not None
+                         else self._server.add_insecure_port(address))
+        except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
+            raise ServeError(f"cannot listen on {settings.listen}: the address is in use or not local; choose "
+                             f"another (--listen, RLMM_LISTEN)") from exc
         self._stopping = threading.Event()
         self._health_thread = threading.Thread(target=self._watch_health, name="rlmm-health", daemon=True)
 
@@ -121,7 +134,12 @@ def run(settings: ServeSettings, started: Callable[[dict], None]) -> None:
             server = RlmmServer(backend, settings, metrics).start()
             metrics_port = None
             if settings.metrics_listen is not None:
-                metrics_port = metrics.serve_http(*split_address(settings.metrics_listen))
+                try:
+                    metrics_port = metrics.serve_http(*split_address(settings.metrics_listen))
+                except OSError as exc:
+                    server.stop(0)
+                    raise ServeError(f"cannot serve metrics on {settings.metrics_listen} ({exc.strerror}): choose "
+                                     f"another address (--metrics-listen, RLMM_METRICS_LISTEN)") from exc
             started({"event": "serving", "port": server.port, "metrics_port": metrics_port,
                      "consumes": manager is not None, "pid": os.getpid()})
             stop.wait()

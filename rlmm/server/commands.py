@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from rlmm.cli_errors import Failure, view_errors
 from rlmm.records.canonical import to_canonical
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 @click.command()
@@ -20,7 +24,7 @@ from rlmm.records.canonical import to_canonical
 @click.option("--listen", help="gRPC address HOST:PORT [127.0.0.1:50051].")
 @click.option("--bootstrap-server", "-b", "bootstrap_servers",
               help="Kafka bootstrap servers; without them the view is served read-only.")
-@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
+@click.option("--set", "kafka", multiple=True, metavar="NAME=VALUE",
               help="A Kafka-named setting, e.g. remote.log.metadata.topic.num.partitions=50 (repeatable).")
 @click.option("--partition", "partitions", multiple=True, metavar="TOPIC_ID:TOPIC:PARTITION",
               help="Register a user partition at start (repeatable).")
@@ -33,9 +37,10 @@ from rlmm.records.canonical import to_canonical
               help="A client certificate subject (or CN) allowed to write (repeatable); tokens go in the file "
                    "or RLMM_WRITE_TOKENS.")
 @click.option("--grace-s", type=float, help="Seconds in-flight calls get on SIGTERM [30].")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
-@click.option("--log-format", type=click.Choice(["json", "text"]))
-def serve(config_file: Path | None, settings: tuple[str, ...], **flags) -> None:
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              help="Least severe log lines on stderr [info].")
+@click.option("--log-format", type=click.Choice(["json", "text"]), help="Log lines as JSON objects or text [json].")
+def serve(config_file: Path | None, kafka: tuple[str, ...], **flags) -> None:
     """Serve the RLMM gRPC API over a view, consuming Kafka into it when bootstrap servers are given.
 
     Prints one JSON line {"event": "serving", "port": ..., "metrics_port": ..., "pid": ...} once serving.
@@ -43,37 +48,48 @@ def serve(config_file: Path | None, settings: tuple[str, ...], **flags) -> None:
     consumer stops, the view is flushed and closed."""
     from pydantic import ValidationError
 
-    from rlmm.server.app import run
+    from consumers.config import parse_setting
+    from rlmm.server.app import ServeError, run
     from rlmm.server.config import load_settings
     from rlmm.server.logs import setup_logging
 
     try:
-        kafka = dict(_setting(s) for s in settings)
-        config = load_settings(config_file, kafka=kafka, **flags)
-    except (ValueError, ValidationError) as exc:
-        raise click.UsageError(str(exc)) from exc
+        config = load_settings(config_file, kafka=dict(parse_setting(s) for s in kafka), **flags)
+    except ValidationError as exc:
+        raise click.UsageError(_settings_problems(exc)) from None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     setup_logging(config.log_level, config.log_format)
-    run(config, lambda line: click.echo(json.dumps(line)))
+    try:
+        with view_errors(config.view):
+            run(config, lambda line: click.echo(json.dumps(line)))
+    except ServeError as exc:
+        raise Failure(str(exc)) from None
 
 
-def _setting(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep:
-        raise ValueError(f"--set expects NAME=VALUE, got {text!r}")
-    return name, value
+def _settings_problems(exc: ValidationError) -> str:
+    """A pydantic ``ValidationError`` in one line: each field and what is wrong with it."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return (f"invalid settings: {'; '.join(problems)} (settings come from --config, RLMM_<NAME> variables and "
+            f"flags; see docs/configuration.md)")
 
 
 # ---- rlmm query ----------------------------------------------------------------------------------------
+
+_PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 @click.group()
 @click.option("--target", "-t", default="127.0.0.1:50051", show_default=True, envvar="RLMM_TARGET",
               help="The server, HOST:PORT (or RLMM_TARGET).")
-@click.option("--ca", type=click.Path(dir_okay=False, path_type=Path), help="Verify the server's TLS certificate "
-              "with this CA (PEM).")
+@click.option("--ca", type=_PEM, help="Verify the server's TLS certificate with this CA (PEM).")
 @click.option("--tls", is_flag=True, help="Use TLS, verified with the system's CAs.")
-@click.option("--cert", type=click.Path(dir_okay=False, path_type=Path), help="Client certificate (mutual TLS).")
-@click.option("--key", type=click.Path(dir_okay=False, path_type=Path), help="Client private key (mutual TLS).")
+@click.option("--cert", type=_PEM, help="Client certificate (mutual TLS).")
+@click.option("--key", type=_PEM, help="Client private key (mutual TLS).")
 @click.option("--token", envvar="RLMM_TOKEN", help="Bearer token for writes (or RLMM_TOKEN).")
 @click.option("--timeout", type=float, default=10.0, show_default=True, help="Deadline of each attempt, seconds.")
 @click.option("--retry-for", type=float, default=10.0, show_default=True,
@@ -83,8 +99,8 @@ def query(ctx: click.Context, target: str, ca: Path | None, tls: bool, cert: Pat
           token: str | None, timeout: float, retry_for: float) -> None:
     """Ask a running rlmm server (one JSON line per answer). Partitions are TOPIC_ID:TOPIC:PARTITION.
 
-    Exit code 1 when the call fails; the error is printed as JSON on stdout too
-    ({"error": CODE, "message": ..., "kafka_exception": ...})."""
+    Exit code 1 when the call fails: the error is printed as JSON on stdout
+    ({"error": CODE, "message": ..., "reason": ..., "kafka_exception": ...}) and as one line on stderr."""
     from rlmm.client import RlmmClient
 
     client = RlmmClient.from_files(target, ca=ca, cert=cert, key=key, tls=tls, token=token, timeout=timeout,
@@ -112,7 +128,14 @@ def _answer(call: Callable[[], object]) -> None:
     except RlmmError as exc:
         click.echo(json.dumps({"error": exc.code.name, "message": exc.message, "reason": exc.reason,
                                "kafka_exception": exc.kafka_exception}))
-        sys.exit(1)
+        target = click.get_current_context().obj.target  # the client the query group made
+        if exc.reason is None and exc.code.name == "UNAVAILABLE":  # the transport's, not rlmm's answer
+            raise Failure(f"UNAVAILABLE: no answer from {target} ({exc.message}): is rlmm serve running there? "
+                          f"Give its address with --target or RLMM_TARGET") from None
+        if exc.reason is None and exc.code.name == "DEADLINE_EXCEEDED":
+            raise Failure(f"DEADLINE_EXCEEDED: {target} did not answer within --timeout; raise it or look at the "
+                          f"server's load") from None
+        raise Failure(f"{exc.code.name}: {exc.message}") from None
     click.echo(json.dumps(_json(result)))
 
 

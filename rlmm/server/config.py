@@ -39,8 +39,9 @@ class ServeSettings(BaseSettings):
     bootstrap_servers: str | None = Field(
         None, description="Kafka bootstrap servers. Without them the view is served read-only: no consumer, no "
                           "writes, no registrations.")
-    kafka: dict[str, str | int | bool] = Field(default_factory=dict,
-                                               description="Kafka-named settings (remote.log.metadata.*).")
+    kafka: dict[str, str | int | bool] = Field(
+        default_factory=dict, description="Kafka-named settings: remote.log.metadata.* and the client prefixes "
+                                          "(the Kafka-named settings of docs/configuration.md).")
     partitions: list[str] = Field(default_factory=list,
                                   description="User partitions to register at start, TOPIC_ID:TOPIC:PARTITION.")
     metrics_listen: str | None = Field(None, description="Prometheus /metrics address, HOST:PORT (unset: none).")
@@ -64,9 +65,11 @@ class ServeSettings(BaseSettings):
     retry_after_ms: int = Field(500, ge=0, description="Retry delay suggested with UNAVAILABLE.")
     grace_s: float = Field(30.0, ge=0, description="On SIGTERM, how long in-flight calls may take to finish.")
     sync: bool = Field(False, description="fsync each view write batch.")
-    cache_mb: int = Field(64, ge=1, description="RocksDB block cache of the view.")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["json", "text"] = "json"
+    cache_mb: int = Field(64, ge=1, description="RocksDB block cache of the view, MB.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Least severe log lines written to stderr.")
+    log_format: Literal["json", "text"] = Field("json", description="json: one JSON object per line; text: for "
+                                                                    "people.")
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,

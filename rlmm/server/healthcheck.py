@@ -3,6 +3,7 @@ is SERVING, 1 otherwise (NOT_SERVING, unreachable, timeout) -- for Docker HEALTH
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -13,8 +14,13 @@ import click
               help="The server, HOST:PORT (or RLMM_TARGET).")
 @click.option("--service", default="", help="A service name (default: the whole server).")
 @click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds before giving up.")
-def health(address: str, service: str, timeout: float) -> None:
-    """Check a running rlmm server's grpc.health.v1 status: exit 0 if SERVING, else 1."""
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"address": ..., "service": ..., "status": ...} instead of the bare status.')
+def health(address: str, service: str, timeout: float, as_json: bool) -> None:
+    """Check a running rlmm server's grpc.health.v1 status (plaintext): print SERVING, NOT_SERVING or
+    UNREACHABLE (CODE); exit 0 if SERVING, else 1.
+
+    For a server with TLS use `rlmm query --ca ... health`."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -25,7 +31,10 @@ def health(address: str, service: str, timeout: float) -> None:
         status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
     except grpc.RpcError as exc:
         status = f"UNREACHABLE ({exc.code().name})"
-    click.echo(status)
+    click.echo(json.dumps({"address": address, "service": service, "status": status}) if as_json else status)
+    if status.startswith("UNREACHABLE"):
+        click.echo(f"error: no health answer from {address}: is rlmm serve running there (plaintext)? Give its "
+                   f"address with --address or RLMM_TARGET", err=True)
     sys.exit(0 if status == "SERVING" else 1)
 
 

@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class RemoteLogMetadataServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Kafka's RemoteLogMetadataManager calls, batch lookups and the status, over this server's view.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -107,7 +108,8 @@ class RemoteLogMetadataServiceStub:
 
 
 class RemoteLogMetadataServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Kafka's RemoteLogMetadataManager calls, batch lookups and the status, over this server's view.
+    """
 
     def RemoteLogSegmentMetadata(self, request, context):
         """remoteLogSegmentMetadata(topicIdPartition, epochForOffset, offset): the COPY_SEGMENT_FINISHED
@@ -158,7 +160,9 @@ class RemoteLogMetadataServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def MaxTimestamp(self, request, context):
-        """The COPY_SEGMENT_FINISHED segment with the largest max timestamp (ties: the larger end offset).
+        """maxTimestamp(topicIdPartition), for KIP-1075 (not a call of Kafka's RemoteLogMetadataManager):
+        the COPY_SEGMENT_FINISHED segment with the largest max timestamp (ties: the larger end offset),
+        found with one index seek.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -298,7 +302,8 @@ def add_RemoteLogMetadataServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class RemoteLogMetadataService:
-    """Missing associated documentation comment in .proto file."""
+    """Kafka's RemoteLogMetadataManager calls, batch lookups and the status, over this server's view.
+    """
 
     @staticmethod
     def RemoteLogSegmentMetadata(request,

@@ -1,0 +1,95 @@
+"""The generated references are current and complete: ``docs/api.md`` (from the proto comments) and
+``docs/configuration.md`` (from the settings code); the README links them."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from consumers.config import PROPERTIES, SETTINGS, RlmmConfig
+from rlmm.server.config import ServeSettings
+from scripts import gen_api_docs, gen_config_docs
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTOS = sorted((ROOT / "proto").rglob("*.proto"))
+
+
+@pytest.mark.parametrize("script", ["gen_api_docs.py", "gen_config_docs.py"])
+def test_the_committed_reference_is_a_fresh_generation(script: str) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--check"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("is current")
+
+
+@pytest.mark.parametrize("module", [gen_api_docs, gen_config_docs], ids=["api", "configuration"])
+def test_check_fails_in_one_line_when_the_reference_is_stale(module, tmp_path, monkeypatch, capsys) -> None:
+    out = tmp_path / "docs" / module.OUT.name
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(module, "OUT", out)
+    assert module.main(["--check"]) == 1  # missing
+    assert module.main([]) == 0 and out.read_text() == module.render()  # written
+    assert module.main(["--check"]) == 0
+    out.write_text(out.read_text().replace("|", "!", 1))
+    assert module.main(["--check"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == f"docs/{out.name} is stale: run python scripts/{Path(module.__file__).name}"
+
+
+def test_every_rpc_of_the_protos_is_in_the_api_reference() -> None:
+    api = (ROOT / "docs" / "api.md").read_text()
+    rpcs = [name for proto in PROTOS for name in re.findall(r"^\s*rpc\s+(\w+)\s*\(", proto.read_text(), re.M)]
+    assert len(rpcs) == 14
+    for name in rpcs:
+        assert f"### rpc `{name}`" in api and f"[`{name}`](#rpc-{name.lower()})" in api, name
+
+
+def test_every_method_message_field_and_enum_value_has_a_comment() -> None:
+    missing = []
+    for file in gen_api_docs.descriptors():
+        comments = gen_api_docs.Comments.of(file)
+        for s, service in enumerate(file.service):
+            missing += [f"rpc {m.name}" for i, m in enumerate(service.method) if not comments(6, s, 2, i)]
+        for message, path, name in gen_api_docs.messages(file):
+            missing += [] if comments(*path) else [f"message {name}"]
+            missing += [f"field {name}.{f.name}" for i, f in enumerate(message.field) if not comments(*path, 2, i)]
+        for enum, path, name in gen_api_docs.enums(file):
+            missing += [f"value {name}.{v.name}" for i, v in enumerate(enum.value) if not comments(*path, 2, i)]
+    assert missing == []
+
+
+def test_every_message_field_and_enum_is_in_the_api_reference() -> None:
+    api = (ROOT / "docs" / "api.md").read_text()
+    for file in gen_api_docs.descriptors():
+        for message, _, name in gen_api_docs.messages(file):
+            assert f"### message `{name.removeprefix('rlmm.v1.')}`" in api
+            for field in message.field:
+                assert f"| `{field.name}` | {field.number} |" in api, f"{name}.{field.name}"
+        for enum, _, name in gen_api_docs.enums(file):
+            assert all(f"| `{v.name}` | {v.number} |" in api for v in enum.value), name
+
+
+def test_the_configuration_reference_has_every_setting() -> None:
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    for name, info in ServeSettings.model_fields.items():
+        assert info.description, f"ServeSettings.{name} has no description"
+        assert f"| `{name}` | `RLMM_{name.upper()}` |" in doc, name
+    assert "| `view` | `RLMM_VIEW` | `--view` | `Path` | required |" in doc
+    for setting in SETTINGS:
+        assert f"| `{setting.name}` |" in doc and setting.meaning, setting.name
+    kafka_fields = {f.name for f in dataclasses.fields(RlmmConfig)} - {"bootstrap_servers", "common_client",
+                                                                          "producer", "consumer"}
+    assert {s.field for s in SETTINGS} == kafka_fields and len(PROPERTIES) == len(SETTINGS)
+    assert "| `remote.log.metadata.consume.wait.ms` | `120000` |" in doc
+
+
+def test_the_readme_links_the_references_and_the_changelog() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for target in ("docs/api.md", "docs/configuration.md", "docs/operations.md", "CHANGELOG.md"):
+        assert f"]({target})" in readme, target
+        assert (ROOT / target).is_file(), target
