@@ -10,7 +10,6 @@ documents. The output depends on the protos alone (declaration order, no dates).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -21,7 +20,9 @@ from pathlib import Path
 from google.protobuf import descriptor_pb2
 from grpc_tools import protoc
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from scripts.generated_doc import ROOT, write_or_check  # noqa: E402
+
 PROTO_ROOT = ROOT / "proto"
 OUT = ROOT / "docs" / "api.md"
 
@@ -241,19 +242,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare with a fresh generation, change nothing")
-    fresh, name = render(), OUT.relative_to(ROOT)
-    if parser.parse_args(argv).check:
-        if not OUT.is_file() or OUT.read_text() != fresh:
-            print(f"{name} is stale: run python scripts/gen_api_docs.py")
-            return 1
-        print(f"{name} is current")
-        return 0
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(fresh)
-    print(f"wrote {name}")
-    return 0
+    return write_or_check(__file__, OUT, render, argv)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ constraints) and its click flags; the Kafka-named settings and client settings o
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import typing
@@ -28,7 +27,9 @@ from rlmm.cli import main as rlmm_cli
 from rlmm.server.commands import serve
 from rlmm.server.config import BOOTSTRAP_PROPERTY, ServeSettings
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from scripts.generated_doc import ROOT, write_or_check  # noqa: E402
+
 OUT = ROOT / "docs" / "configuration.md"
 ENV_PREFIX = ServeSettings.model_config["env_prefix"]
 
@@ -147,19 +148,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare with a fresh generation, change nothing")
-    fresh, name = render(), OUT.relative_to(ROOT)
-    if parser.parse_args(argv).check:
-        if not OUT.is_file() or OUT.read_text() != fresh:
-            print(f"{name} is stale: run python scripts/gen_config_docs.py")
-            return 1
-        print(f"{name} is current")
-        return 0
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(fresh)
-    print(f"wrote {name}")
-    return 0
+    return write_or_check(__file__, OUT, render, argv)
 
 
 if __name__ == "__main__":
