@@ -86,3 +86,35 @@ def test_mutual_tls_and_subject_authorization(pki, kafka, tmp_path) -> None:
         with pki.client(server.port, "reader", token="s3cret") as reader:
             reader.add_remote_log_segment_metadata(segment(TP, 10, 19))
             assert len(reader.list_remote_log_segments(TP)) == 2
+
+
+def test_health_command_over_tls_and_mutual_tls(pki, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from rlmm.cli import main
+
+    leaf = pki.ca.issue_cert("prober.clients.test", common_name="prober")
+    cert = pki._write("prober.pem", leaf.cert_chain_pems[0].bytes())
+    key = pki._write("prober.key", leaf.private_key_pem.bytes())
+    runner = CliRunner()
+
+    def health(port: int, *args: str):
+        return runner.invoke(main, ["health", "--address", f"127.0.0.1:{port}", "--timeout", "2", *args])
+
+    with View(tmp_path / "view") as view:
+        fill_view(view, TP, [segment(TP, 0, 9)])
+        with running_server(view, tls_cert=pki.server_cert, tls_key=pki.server_key) as server:
+            ok = health(server.port, "--ca", str(pki.ca_file))
+            assert (ok.exit_code, ok.stdout.strip()) == (0, "SERVING")
+            plain = health(server.port)
+            assert plain.exit_code == 1 and plain.stdout.startswith("UNREACHABLE")
+            assert "for TLS give --ca" in plain.stderr
+        with running_server(view, tls_cert=pki.server_cert, tls_key=pki.server_key,
+                            tls_client_ca=pki.ca_file) as server:
+            anonymous = health(server.port, "--ca", str(pki.ca_file))
+            assert anonymous.exit_code == 1 and anonymous.stdout.startswith("UNREACHABLE")
+            ok = health(server.port, "--ca", str(pki.ca_file), "--cert", str(cert), "--key", str(key), "--json")
+            assert ok.exit_code == 0, ok.output
+            assert ok.stdout.strip() == f'{{"address": "127.0.0.1:{server.port}", "service": "", "status": "SERVING"}}'
+    half = health(1, "--cert", str(cert), "--key", str(key))
+    assert half.exit_code == 2 and "need --ca" in half.stderr

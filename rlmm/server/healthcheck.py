@@ -1,12 +1,16 @@
 """``rlmm health`` / ``python -m rlmm.server.healthcheck``: exit 0 when the server's grpc.health.v1 status
-is SERVING, 1 otherwise (NOT_SERVING, unreachable, timeout) -- for Docker HEALTHCHECK and probes."""
+is SERVING, 1 otherwise (NOT_SERVING, unreachable, timeout) -- for Docker HEALTHCHECK and probes, over
+plaintext, TLS or mutual TLS."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
+
+_PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 @click.command()
@@ -14,18 +18,32 @@ import click
               help="The server, HOST:PORT (or RLMM_TARGET).")
 @click.option("--service", default="", help="A service name (default: the whole server).")
 @click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds before giving up.")
+@click.option("--ca", type=_PEM, envvar="RLMM_HEALTH_CA",
+              help="Speak TLS, verifying the server's certificate with this CA (PEM; or RLMM_HEALTH_CA).")
+@click.option("--cert", type=_PEM, envvar="RLMM_HEALTH_CERT",
+              help="Client certificate for a mutual-TLS server (PEM; or RLMM_HEALTH_CERT).")
+@click.option("--key", type=_PEM, envvar="RLMM_HEALTH_KEY", help="Its private key (PEM; or RLMM_HEALTH_KEY).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"address": ..., "service": ..., "status": ...} instead of the bare status.')
-def health(address: str, service: str, timeout: float, as_json: bool) -> None:
-    """Check a running rlmm server's grpc.health.v1 status (plaintext): print SERVING, NOT_SERVING or
-    UNREACHABLE (CODE); exit 0 if SERVING, else 1.
-
-    For a server with TLS use `rlmm query --ca ... health`."""
+def health(address: str, service: str, timeout: float, ca: Path | None, cert: Path | None, key: Path | None,
+           as_json: bool) -> None:
+    """Check a running rlmm server's grpc.health.v1 status: print SERVING, NOT_SERVING or UNREACHABLE (CODE);
+    exit 0 if SERVING, else 1. Plaintext unless --ca is given."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    if (cert is None) != (key is None):
+        raise click.UsageError("give --cert and --key together")
+    if cert is not None and ca is None:
+        raise click.UsageError("--cert and --key need --ca (they are for a TLS server)")
+    if ca is None:
+        channel = grpc.insecure_channel(address)
+    else:
+        credentials = grpc.ssl_channel_credentials(ca.read_bytes(), key and key.read_bytes(),
+                                                   cert and cert.read_bytes())
+        channel = grpc.secure_channel(address, credentials)
     try:
-        with grpc.insecure_channel(address) as channel:
+        with channel:
             response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service),
                                                                  timeout=timeout)
         status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
@@ -33,8 +51,9 @@ def health(address: str, service: str, timeout: float, as_json: bool) -> None:
         status = f"UNREACHABLE ({exc.code().name})"
     click.echo(json.dumps({"address": address, "service": service, "status": status}) if as_json else status)
     if status.startswith("UNREACHABLE"):
-        click.echo(f"error: no health answer from {address}: is rlmm serve running there (plaintext)? Give its "
-                   f"address with --address or RLMM_TARGET", err=True)
+        click.echo(f"error: no health answer from {address}: is rlmm serve running there, "
+                   f"{'with TLS signed by --ca' if ca else 'in plaintext (for TLS give --ca)'}? Give its address "
+                   f"with --address or RLMM_TARGET", err=True)
     sys.exit(0 if status == "SERVING" else 1)
 
 
