@@ -465,7 +465,9 @@ def _tags(tags: _Tags, path: str) -> bytes:
 
 
 def _top_tags(tags: _Tags, txn_index_empty: bool) -> bytes:
-    fields = tags.pop("", []) if tags else []
+    if not tags:  # the common case, without unknown tags
+        return _TXN_TRUE_SECTION if txn_index_empty else _EMPTY_TAGS
+    fields = tags.pop("", [])
     if any(tag == 0 for tag, _ in fields):
         raise ValueError("tag 0 of the record is TxnIndexEmpty, it cannot be an unknown tag")
     if txn_index_empty:

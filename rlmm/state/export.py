@@ -16,7 +16,7 @@ from rlmm.records.serde import decode_value, encode_value
 from rlmm.state import keys as K
 from rlmm.state.kv import ReadKV, WriteKV, scan
 from rlmm.state.machine import REFERENCED, UNREFERENCED, _is_break, epoch_end
-from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, pack_memberships
+from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, new_ref_entry, pack_memberships
 
 
 @dataclass(slots=True)
@@ -115,8 +115,8 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
             except KeyError:
                 raise StateError(f"epoch {epoch} of {tp} references segment {segment_id.hex()} outside its epochs") \
                     from None
-            entries.append((start, RefEntry(segment_id, end, segment.end_offset, segment.txn_index_empty,
-                                            segment.segment_size_in_bytes, encoded[segment_id])))
+            entries.append((start, new_ref_entry(segment_id, end, segment.end_offset, segment.txn_index_empty,
+                                                 segment.segment_size_in_bytes, encoded[segment_id])))
             flags = members.setdefault(segment_id, {})
             flags[epoch] = flags.get(epoch, 0) | REFERENCED
         entries.sort(key=lambda e: e[0])
@@ -135,14 +135,13 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
             flags = members.setdefault(segment_id, {})
             flags[epoch] = flags.get(epoch, 0) | UNREFERENCED
         er.unreferenced = len(es.unreferenced)
-        epochs_rows = er
         for segment_id in [s for _, s in es.referenced] + list(es.unreferenced):
-            epochs_rows.members += 1
+            er.members += 1
             segment = by_id.get(segment_id)
             if segment is None:
-                epochs_rows.dangling += 1
+                er.dangling += 1
             else:
-                epochs_rows.size += segment.segment_size_in_bytes
+                er.size += segment.segment_size_in_bytes
         kv.put(K.EPOCHS, prefix, er.pack())
     orphans = 0
     for segment_id, flags in members.items():

@@ -44,7 +44,7 @@ from rlmm.state.results import (
     ApplyResult,
     handle_error,
 )
-from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, pack_memberships, unpack_memberships
+from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, new_ref_entry, pack_memberships, unpack_memberships
 
 _S = SegmentState
 # RemoteLogSegmentState.isValidTransition: source state (None = unknown segment) -> allowed targets
@@ -275,8 +275,8 @@ class StateMachine:
             evicted = self._ref(tpid, epoch, er.last_key)
             self._referenced_remove(er, tpid, epoch, er.last_key, evicted)
             self._unreferenced_add(er, tpid, epoch, evicted.segment_id, evicted.size)
-        entry = RefEntry(segment.segment_id, end, segment.end_offset, segment.txn_index_empty,
-                         segment.segment_size_in_bytes, self._encode(tpid, segment))
+        entry = new_ref_entry(segment.segment_id, end, segment.end_offset, segment.txn_index_empty,
+                              segment.segment_size_in_bytes, self._encode(tpid, segment))
         self._referenced_put(er, tpid, epoch, start, entry)
         self._unreferenced_remove(er, tpid, epoch, segment.segment_id, segment.segment_size_in_bytes)
         if er.highest_offset is None or end > er.highest_offset:

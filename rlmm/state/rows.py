@@ -98,11 +98,11 @@ class RefEntry:
 
     @classmethod
     def unpack(cls, data: bytes) -> RefEntry:
-        return _new_ref_entry(*_REF_ENTRY.unpack_from(data), data[_REF_ENTRY.size:])
+        return new_ref_entry(*_REF_ENTRY.unpack_from(data), data[_REF_ENTRY.size:])
 
 
 _REF_ENTRY = RefEntry._LAYOUT
-_new_ref_entry = fast_constructor(RefEntry)
+new_ref_entry = fast_constructor(RefEntry)  # positional, every field: the hot paths' constructor
 _MEMBERSHIP = struct.Struct(">iB")
 
 
