@@ -4,8 +4,12 @@ hold real numbers, not just exit code 0."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
+
+import psutil
 
 QUERY_KINDS = {"remote_log_segment_metadata", "batch_remote_log_segment_metadata", "highest_offset_for_epoch",
                "list_remote_log_segments", "list_epoch_segments", "remote_log_size", "remote_log_size_epoch",
@@ -35,16 +39,17 @@ def test_demo_json_summary() -> None:
     assert summary["health"] == "SERVING"
 
 
+def _gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
 def test_demo_stops_everything() -> None:
     """After the demo, its broker and service processes are gone."""
-    import psutil
-
     done = subprocess.run([sys.executable, "-m", "rlmm.cli", "demo", "--events", "200", "--partitions", "5", "--json"],
                           capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    for pid in (summary["broker"]["pid"], summary["service"]["pid"]):
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert _gone(summary["broker"]["pid"]) and _gone(summary["service"]["pid"])
 
 
 def test_health_command_against_a_server(tmp_path) -> None:
@@ -63,3 +68,43 @@ def test_health_command_against_a_server(tmp_path) -> None:
     down = subprocess.run([sys.executable, "-m", "rlmm.server.healthcheck", "--address", f"127.0.0.1:{port}",
                            "--timeout", "1"], capture_output=True, text=True, timeout=30)
     assert down.returncode == 1 and down.stdout.startswith("UNREACHABLE")
+
+
+def _demo(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rlmm.cli", "demo", "--events", "200", "--partitions", "5",
+                             "--json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_demo_keep_serves_queries_until_ctrl_c() -> None:
+    demo = _demo("--keep")
+    try:
+        summary = json.loads(demo.stdout.readline())
+        target = summary["service"]["address"]
+        status = subprocess.run([sys.executable, "-m", "rlmm.cli", "query", "--target", target, "status"],
+                                capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["quarantined"] == summary["quarantined"] >= 1
+        ready = subprocess.run([sys.executable, "-m", "rlmm.cli", "query", "--target", target, "ready",
+                                summary["query_partition"]], capture_output=True, text=True, timeout=60)
+        assert (ready.returncode, ready.stdout.strip()) == (0, "true")
+        assert demo.poll() is None  # still running
+    finally:
+        demo.send_signal(signal.SIGINT)
+        demo.wait(60)
+    assert demo.returncode == 0
+    assert _gone(summary["broker"]["pid"]) and _gone(summary["service"]["pid"])
+
+
+def test_demo_ctrl_c_while_working_stops_everything() -> None:
+    demo = _demo("--events", "200000")  # far more than it can send before the signal
+    deadline = time.monotonic() + 60
+    children: list[int] = []
+    while len(children) < 2 and time.monotonic() < deadline:  # until the broker and the service run
+        time.sleep(0.5)
+        children = [p.pid for p in psutil.Process(demo.pid).children(recursive=True)]
+    time.sleep(2)  # the workload under way
+    demo.send_signal(signal.SIGINT)
+    demo.wait(60)
+    assert demo.returncode == 130, demo.stderr.read()[-2000:]
+    assert "interrupted: broker and service stopped" in demo.stderr.read()
+    assert len(children) >= 2 and all(_gone(pid) for pid in children)
