@@ -29,26 +29,17 @@ def health(address: str, service: str, timeout: float, ca: Path | None, cert: Pa
            as_json: bool) -> None:
     """Check a running rlmm server's grpc.health.v1 status: print SERVING, NOT_SERVING or UNREACHABLE (CODE);
     exit 0 if SERVING, else 1. Plaintext unless --ca is given."""
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from rlmm.client import RlmmClient, RlmmError
 
     if (cert is None) != (key is None):
         raise click.UsageError("give --cert and --key together")
     if cert is not None and ca is None:
         raise click.UsageError("--cert and --key need --ca (they are for a TLS server)")
-    if ca is None:
-        channel = grpc.insecure_channel(address)
-    else:
-        credentials = grpc.ssl_channel_credentials(ca.read_bytes(), key and key.read_bytes(),
-                                                   cert and cert.read_bytes())
-        channel = grpc.secure_channel(address, credentials)
     try:
-        with channel:
-            response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service),
-                                                                 timeout=timeout)
-        status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
-    except grpc.RpcError as exc:
-        status = f"UNREACHABLE ({exc.code().name})"
+        with RlmmClient.from_files(address, ca=ca, cert=cert, key=key, timeout=timeout, retry_for=0) as client:
+            status = client.health(service)
+    except RlmmError as exc:
+        status = f"UNREACHABLE ({exc.code.name})"
     click.echo(json.dumps({"address": address, "service": service, "status": status}) if as_json else status)
     if status.startswith("UNREACHABLE"):
         click.echo(f"error: no health answer from {address}: is rlmm serve running there, "
