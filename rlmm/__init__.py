@@ -1,0 +1,5 @@
+"""rlmm: Kafka tiered storage's RemoteLogMetadataManager as a service."""
+
+from rlmm.compiled import choose_build
+
+choose_build()

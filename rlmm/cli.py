@@ -13,6 +13,7 @@ from typing import BinaryIO
 import click
 
 from rlmm.cli_errors import Failure, view_errors
+from rlmm.compiled import core_build
 from rlmm.records.canonical import to_canonical
 from rlmm.records.serde import DecodeError, decode_value
 
@@ -20,7 +21,7 @@ from rlmm.records.serde import DecodeError, decode_value
 @click.group(context_settings={"help_option_names": ["-h", "--help"]},
              epilog="Exit codes: 0 success; 1 the operation failed or its answer is negative (one line on stderr, "
                     "'error: ...', says what to do); 2 usage error; 130 interrupted (demo).")
-@click.version_option(package_name="rlmm")
+@click.version_option(package_name="rlmm", message=f"%(prog)s %(version)s, {core_build()} core")
 def main() -> None:
     """rlmm: Kafka's tiered-storage RemoteLogMetadataManager as an event-sourced service."""
 

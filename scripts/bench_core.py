@@ -27,6 +27,7 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
+from rlmm.compiled import core_build
 from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, TopicIdPartition
 from rlmm.records.serde import DecodeError, decode_value, encode_value
 from rlmm.state.view import View
@@ -198,6 +199,7 @@ def measure(events_path: Path, view_dir: Path) -> dict:
         segments_live = sum(1 for _ in view.items("segments"))
     disk = sum(f.stat().st_size for f in view_dir.rglob("*") if f.is_file())
     return {
+        "core": core_build(),
         "events": applied,
         "segments_in_view": segments_live,
         "decode_records_per_s": round(decode_rate),
@@ -213,7 +215,8 @@ def measure(events_path: Path, view_dir: Path) -> dict:
 
 def report(result: dict) -> None:
     console = Console()
-    table = Table(title=f"rlmm core, {result['events']:,} events, {result['segments_in_view']:,} segments in the view")
+    table = Table(title=f"rlmm core ({result['core']}), {result['events']:,} events, "
+                        f"{result['segments_in_view']:,} segments in the view")
     for column in ("measure", "rlmm", "target", "Kafka's own code"):
         table.add_column(column)
     table.add_row("decode records/s", f"{result['decode_records_per_s']:,}", f"≥ {TARGETS['decode_records_per_s']:,}",

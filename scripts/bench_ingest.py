@@ -39,6 +39,7 @@ from consumers.broker import LocalBroker
 from consumers.config import RlmmConfig
 from consumers.manager import RemoteLogMetadataManager
 from consumers.topic import ensure_topic
+from rlmm.compiled import core_build
 from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate
 from rlmm.state.view import View
 from rlmm.workload import Event, Workload, WorkloadConfig
@@ -194,7 +195,7 @@ def run(bootstrap: str | None, events: int, restart_at: int, writes: int, seed: 
 
 
 def report(result: dict) -> None:
-    table = Table(title=f"rlmm ingest benchmark, {result['events']:,} events")
+    table = Table(title=f"rlmm ingest benchmark ({result['core']} core), {result['events']:,} events")
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_column("target")
@@ -220,6 +221,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     result = run(args.bootstrap_server, args.events, min(args.restart_at, args.events), args.writes, args.seed)
+    result["core"] = core_build()
     result["targets_met"] = {
         "ingest_events_per_s": result["ingest_events_per_s"] >= TARGETS["ingest_events_per_s"],
         "restart_to_ready_s": max(result["restart_to_ready_s"].values()) <= TARGETS["restart_to_ready_s"],

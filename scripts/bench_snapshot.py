@@ -28,6 +28,7 @@ from consumers.broker import LocalBroker  # noqa: E402
 from consumers.manager import RemoteLogMetadataManager  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from consumers.topic import ensure_topic  # noqa: E402
+from rlmm.compiled import core_build  # noqa: E402
 from rlmm.records.model import SegmentMetadata, SegmentState, TopicIdPartition  # noqa: E402
 from rlmm.state.export import EpochState, PartitionState  # noqa: E402
 from rlmm.state.view import View  # noqa: E402
@@ -74,7 +75,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     say = (lambda m: print(m, file=sys.stderr, flush=True))
-    result: dict = {"events": args.events, "master": args.master}
+    result: dict = {"core": core_build(), "events": args.events, "master": args.master}
     with tempfile.TemporaryDirectory(prefix="rlmm-bench-snapshot-") as tmp_name, LocalBroker().start() as broker:
         tmp = Path(tmp_name)
         boot = broker.bootstrap_servers

@@ -54,7 +54,8 @@ def test_dockerfile_base_user_install() -> None:
     assert _instruction("FROM") == "python:3.11-slim"
     user = _instruction("USER")
     assert user not in ("root", "0")
-    assert 'pip install ".${EXTRAS}"' in (DOCKER / "Dockerfile").read_text()
+    assert 'RLMM_COMPILE=1 pip install ".${EXTRAS}"' in (DOCKER / "Dockerfile").read_text()  # compiled core
+    assert "COPY pyproject.toml setup.py" in (DOCKER / "Dockerfile").read_text()
 
 
 def test_dockerfile_entrypoint_cmd_and_healthcheck_are_rlmm_commands() -> None:

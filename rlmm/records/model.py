@@ -8,10 +8,9 @@ equality, as in Kafka.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, TypeVar
+from typing import Any
 
 
 class SegmentState(IntEnum):
@@ -36,14 +35,34 @@ UnknownTags = tuple[tuple[str, int, bytes], ...]
 LeaderEpochs = tuple[tuple[int, int], ...]
 
 
-@dataclass(frozen=True, slots=True)
+# The records are values: nothing changes them after construction. Their constructors are written out
+# (``init=False``) because a dataclass's generated ``__init__`` stays interpreted Python even when the
+# module is compiled (rlmm/compiled.py), and decoding builds a record per event.
+
+
+@dataclass(slots=True, init=False, eq=False)
 class TopicIdPartition:
     topic_id: bytes  # 16 bytes, most significant byte first
     topic: str
     partition: int
 
+    def __init__(self, topic_id: bytes, topic: str, partition: int) -> None:
+        self.topic_id = topic_id
+        self.topic = topic
+        self.partition = partition
 
-@dataclass(frozen=True, slots=True)
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, TopicIdPartition) and self.topic_id == other.topic_id
+                and self.partition == other.partition and self.topic == other.topic)
+
+    def __hash__(self) -> int:
+        return hash((self.topic_id, self.topic, self.partition))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _reduce(self)
+
+
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class SegmentMetadata:
     """RemoteLogSegmentMetadata (api key 0)."""
 
@@ -61,8 +80,29 @@ class SegmentMetadata:
     txn_index_empty: bool = False
     unknown_tags: UnknownTags = field(default=(), compare=False)
 
+    def __init__(self, tp: TopicIdPartition, segment_id: bytes, start_offset: int, end_offset: int, broker_id: int,
+                 max_timestamp_ms: int, event_timestamp_ms: int, segment_leader_epochs: LeaderEpochs,
+                 segment_size_in_bytes: int, custom_metadata: bytes | None, state: SegmentState,
+                 txn_index_empty: bool = False, unknown_tags: UnknownTags = ()) -> None:
+        self.tp = tp
+        self.segment_id = segment_id
+        self.start_offset = start_offset
+        self.end_offset = end_offset
+        self.broker_id = broker_id
+        self.max_timestamp_ms = max_timestamp_ms
+        self.event_timestamp_ms = event_timestamp_ms
+        self.segment_leader_epochs = segment_leader_epochs
+        self.segment_size_in_bytes = segment_size_in_bytes
+        self.custom_metadata = custom_metadata
+        self.state = state
+        self.txn_index_empty = txn_index_empty
+        self.unknown_tags = unknown_tags
 
-@dataclass(frozen=True, slots=True)
+    def __reduce__(self) -> tuple[object, ...]:
+        return _reduce(self)
+
+
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class SegmentUpdate:
     """RemoteLogSegmentMetadataUpdate (api key 1)."""
 
@@ -74,8 +114,21 @@ class SegmentUpdate:
     state: SegmentState
     unknown_tags: UnknownTags = field(default=(), compare=False)
 
+    def __init__(self, tp: TopicIdPartition, segment_id: bytes, broker_id: int, event_timestamp_ms: int,
+                 custom_metadata: bytes | None, state: SegmentState, unknown_tags: UnknownTags = ()) -> None:
+        self.tp = tp
+        self.segment_id = segment_id
+        self.broker_id = broker_id
+        self.event_timestamp_ms = event_timestamp_ms
+        self.custom_metadata = custom_metadata
+        self.state = state
+        self.unknown_tags = unknown_tags
 
-@dataclass(frozen=True, slots=True)
+    def __reduce__(self) -> tuple[object, ...]:
+        return _reduce(self)
+
+
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class PartitionDelete:
     """RemotePartitionDeleteMetadata (api key 2)."""
 
@@ -85,8 +138,19 @@ class PartitionDelete:
     state: PartitionDeleteState
     unknown_tags: UnknownTags = field(default=(), compare=False)
 
+    def __init__(self, tp: TopicIdPartition, broker_id: int, event_timestamp_ms: int, state: PartitionDeleteState,
+                 unknown_tags: UnknownTags = ()) -> None:
+        self.tp = tp
+        self.broker_id = broker_id
+        self.event_timestamp_ms = event_timestamp_ms
+        self.state = state
+        self.unknown_tags = unknown_tags
 
-@dataclass(frozen=True, slots=True)
+    def __reduce__(self) -> tuple[object, ...]:
+        return _reduce(self)
+
+
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class SegmentSnapshot:
     """RemoteLogSegmentMetadataSnapshot (api key 3): a segment without its partition."""
 
@@ -103,24 +167,30 @@ class SegmentSnapshot:
     txn_index_empty: bool = False
     unknown_tags: UnknownTags = field(default=(), compare=False)
 
+    def __init__(self, segment_id: bytes, start_offset: int, end_offset: int, broker_id: int, max_timestamp_ms: int,
+                 event_timestamp_ms: int, segment_leader_epochs: LeaderEpochs, segment_size_in_bytes: int,
+                 custom_metadata: bytes | None, state: SegmentState, txn_index_empty: bool = False,
+                 unknown_tags: UnknownTags = ()) -> None:
+        self.segment_id = segment_id
+        self.start_offset = start_offset
+        self.end_offset = end_offset
+        self.broker_id = broker_id
+        self.max_timestamp_ms = max_timestamp_ms
+        self.event_timestamp_ms = event_timestamp_ms
+        self.segment_leader_epochs = segment_leader_epochs
+        self.segment_size_in_bytes = segment_size_in_bytes
+        self.custom_metadata = custom_metadata
+        self.state = state
+        self.txn_index_empty = txn_index_empty
+        self.unknown_tags = unknown_tags
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _reduce(self)
+
+
+def _reduce(record: Any) -> tuple[object, ...]:
+    """Pickling by constructor arguments (a compiled class cannot be built without them)."""
+    return type(record), tuple(getattr(record, f.name) for f in dataclasses.fields(record))
+
 
 RemoteLogMetadata = SegmentMetadata | SegmentUpdate | PartitionDelete | SegmentSnapshot
-
-
-T = TypeVar("T")
-
-
-def fast_constructor(cls: type[T]) -> Callable[..., T]:
-    """Positional constructor of a frozen slotted dataclass, several times faster than its ``__init__``.
-
-    The frozen ``__init__`` sets every field through ``object.__setattr__``; here the instance is
-    built as a plain twin with the same slots and then given ``cls`` as its class. Every field must
-    be passed.
-    """
-    names = cls.__slots__  # type: ignore[attr-defined]
-    if names != tuple(f.name for f in dataclasses.fields(cls)) or hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__} is not a plain slotted dataclass")
-    namespace: dict[str, Any] = {"cls": cls}
-    assignments = "".join(f"    self.{name} = {name}\n" for name in names)
-    exec(f"def __init__(self, {', '.join(names)}):\n{assignments}    self.__class__ = cls\n", namespace)
-    return type(f"_{cls.__name__}Twin", (), {"__slots__": names, "__init__": namespace["__init__"]})

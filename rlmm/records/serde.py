@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from rlmm.records import wire
 from rlmm.records.model import (
@@ -23,7 +23,6 @@ from rlmm.records.model import (
     SegmentState,
     SegmentUpdate,
     TopicIdPartition,
-    fast_constructor,
 )
 from rlmm.records.wire import (
     DELETE_RUN_B,
@@ -55,12 +54,12 @@ from rlmm.records.wire import (
 
 API_KEYS: dict[type, int] = {SegmentMetadata: 0, SegmentUpdate: 1, PartitionDelete: 2, SegmentSnapshot: 3}
 
-_PARSE = "MetadataParseException"
-_ILLEGAL_ARGUMENT = "IllegalArgumentException"
-_NULL_POINTER = "NullPointerException"
+_PARSE: Final = "MetadataParseException"
+_ILLEGAL_ARGUMENT: Final = "IllegalArgumentException"
+_NULL_POINTER: Final = "NullPointerException"
 
-_SEGMENT_STATES = tuple(SegmentState)
-_DELETE_STATES = tuple(PartitionDeleteState)
+_SEGMENT_STATES: Final = tuple(SegmentState)
+_DELETE_STATES: Final = tuple(PartitionDeleteState)
 
 
 class DecodeError(ValueError):
@@ -84,11 +83,6 @@ class DecodeError(ValueError):
         self.position = position
 
 
-_new_tp = fast_constructor(TopicIdPartition)
-_new_segment = fast_constructor(SegmentMetadata)
-_new_update = fast_constructor(SegmentUpdate)
-_new_delete = fast_constructor(PartitionDelete)
-_new_snapshot = fast_constructor(SegmentSnapshot)
 
 
 def _parse_error(error: WireError) -> DecodeError:
@@ -178,9 +172,9 @@ def _read_segment_id(data: bytes, p: int, unknown: list[tuple[str, int, bytes]])
 
 
 def _read_segment_tail(data: bytes, p: int, unknown: list[tuple[str, int, bytes]]
-                       ) -> tuple[int, bytes | None, int, bool | None, int]:
+                       ) -> tuple[int, bytes | None, int, int | None, int]:
     """The fields after the leader epochs, common to segments and snapshots: (size, custom metadata,
-    state id, TxnIndexEmpty or None when absent, next position)."""
+    state id, TxnIndexEmpty's byte or None when absent, next position)."""
     size, n = I32_B.unpack_from(data, p)
     custom, p = _read_custom_metadata(data, p + 4, n)
     state_id, n = I8_B.unpack_from(data, p)
@@ -209,8 +203,8 @@ def _read_segment(data: bytes, p: int) -> SegmentMetadata:
         raise DecodeError(f"end offset {end} is below start offset {start}", _ILLEGAL_ARGUMENT)
     if not epochs:
         raise DecodeError("empty segment leader epochs", _ILLEGAL_ARGUMENT)
-    return _new_segment(
-        _new_tp(topic_id, topic, partition),
+    return SegmentMetadata(
+        TopicIdPartition(topic_id, topic, partition),
         segment_id,
         start,
         end,
@@ -226,8 +220,8 @@ def _read_segment(data: bytes, p: int) -> SegmentMetadata:
     )
 
 
-_TXN_TRUE_SECTION = b"\x01\x00\x01\x01"
-_EPOCH_RUNS = [struct.Struct(">" + "iqB" * count) for count in range(0x7F)]
+_TXN_TRUE_SECTION: Final = b"\x01\x00\x01\x01"
+_EPOCH_RUNS: Final = [struct.Struct(">" + "iqB" * count) for count in range(0x7F)]
 
 
 def _two_byte_uvarint(data: bytes, p: int) -> tuple[int, int]:
@@ -297,8 +291,8 @@ def _read_common_segment(data: bytes) -> SegmentMetadata | None:
     rest = data[p + 1 :]
     if state_id > 3 or (rest != b"\x00" and rest != _TXN_TRUE_SECTION):
         return None
-    return _new_segment(
-        _new_tp(topic_id, data[name_start:topic_end].decode("utf-8", "replace"), partition),
+    return SegmentMetadata(
+        TopicIdPartition(topic_id, data[name_start:topic_end].decode("utf-8", "replace"), partition),
         segment_id,
         start,
         end,
@@ -329,8 +323,8 @@ def _read_update(data: bytes, p: int) -> SegmentUpdate:
     except (IndexError, struct.error):
         raise _truncated(p) from None
     _check_end(data, p)
-    return _new_update(
-        _new_tp(topic_id, topic, partition),
+    return SegmentUpdate(
+        TopicIdPartition(topic_id, topic, partition),
         segment_id,
         broker,
         event_ts,
@@ -361,8 +355,8 @@ def _read_delete(data: bytes, p: int) -> PartitionDelete:
     _check_end(data, p)
     if not 0 <= state_id <= 2:
         raise DecodeError(f"unknown remote partition delete state id {state_id}", _NULL_POINTER)
-    return _new_delete(
-        _new_tp(topic_id, topic, partition),
+    return PartitionDelete(
+        TopicIdPartition(topic_id, topic, partition),
         broker,
         event_ts,
         _DELETE_STATES[state_id],
@@ -383,7 +377,7 @@ def _read_snapshot(data: bytes, p: int) -> SegmentSnapshot:
     state = _segment_state(state_id)
     if not epochs:
         raise DecodeError("empty segment leader epochs", _ILLEGAL_ARGUMENT)
-    return _new_snapshot(
+    return SegmentSnapshot(
         segment_id,
         start,
         end,
@@ -433,10 +427,9 @@ def _read_header(data: bytes) -> tuple[int, int]:
     return api_key, p
 
 
-def decode_value(data: bytes) -> RemoteLogMetadata:
+def decode_value(value: bytes | bytearray | memoryview) -> RemoteLogMetadata:
     """Decode one value of ``__remote_log_metadata``; raises only :class:`DecodeError`."""
-    if type(data) is not bytes:
-        data = bytes(memoryview(data))
+    data = value if isinstance(value, bytes) else bytes(memoryview(value))
     if len(data) > 2 and data[0] == 1 and data[1] < 4 and data[2] == 0:
         if data[1] == 0:
             record = _read_common_segment(data)
@@ -455,8 +448,8 @@ def decode_value(data: bytes) -> RemoteLogMetadata:
 # unknown tags to write, by struct path: [(tag, data)]
 _Tags = dict[str, list[tuple[int, bytes]]]
 
-_EMPTY_TAGS = b"\x00"
-_TXN_TRUE = (0, b"\x01")
+_EMPTY_TAGS: Final = b"\x00"
+_TXN_TRUE: Final = (0, b"\x01")
 
 
 def _tags(tags: _Tags, path: str) -> bytes:

@@ -15,7 +15,7 @@ def uuid_to_str(b: bytes) -> str:
     return base64.urlsafe_b64encode(b)[:22].decode("ascii")
 
 
-def uuid_from_str(s: str) -> bytes:
+def uuid_from_str(s: object) -> bytes:
     """Inverse of :func:`uuid_to_str`; refuses any other text, including non-canonical spellings."""
     if not isinstance(s, str) or not _TEXT.fullmatch(s):
         raise ValueError(f"not a Kafka uuid (22 URL-safe base64 characters, no padding): {s!r}")

@@ -9,30 +9,31 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from typing import Final
 
-JAVA_INT_MIN = -(1 << 31)
-JAVA_INT_MAX = (1 << 31) - 1
-MAX_STRING_LENGTH = 0x7FFF
+JAVA_INT_MIN: Final = -(1 << 31)
+JAVA_INT_MAX: Final = (1 << 31) - 1
+MAX_STRING_LENGTH: Final = 0x7FFF
 
 # Fixed runs of the four record bodies. A trailing "B" is the first byte of the varint that follows
 # the run (tagged-field count, array count or bytes length): when it is a whole one-byte varint the
 # reader goes on without a varint call.
-UUID_I32_B = struct.Struct(">16siB")  # topic id, partition, tagged-field count
-UUID_B = struct.Struct(">16sB")  # segment id, tagged-field count
-SEGMENT_RUN_B = struct.Struct(">qqiqqB")  # start, end, broker, max ts, event ts, epoch count
+UUID_I32_B: Final = struct.Struct(">16siB")  # topic id, partition, tagged-field count
+UUID_B: Final = struct.Struct(">16sB")  # segment id, tagged-field count
+SEGMENT_RUN_B: Final = struct.Struct(">qqiqqB")  # start, end, broker, max ts, event ts, epoch count
 # topic id, partition, tagged-field count, segment id, tagged-field count + SEGMENT_RUN_B
-SEGMENT_HEAD_B = struct.Struct(">16siB16sBqqiqqB")
-SNAPSHOT_RUN_B = struct.Struct(">16sqqiqqB")  # segment id + SEGMENT_RUN_B
-I32_I64_B = struct.Struct(">iqB")  # epoch, offset, tagged-field count; broker, event ts, cm length
-I32_B = struct.Struct(">iB")  # segment size, custom metadata length
-I8_B = struct.Struct(">bB")  # state, tagged-field count
-DELETE_RUN_B = struct.Struct(">iqbB")  # broker id, event ts, state, tagged-field count
+SEGMENT_HEAD_B: Final = struct.Struct(">16siB16sBqqiqqB")
+SNAPSHOT_RUN_B: Final = struct.Struct(">16sqqiqqB")  # segment id + SEGMENT_RUN_B
+I32_I64_B: Final = struct.Struct(">iqB")  # epoch, offset, tagged-field count; broker, event ts, cm length
+I32_B: Final = struct.Struct(">iB")  # segment size, custom metadata length
+I8_B: Final = struct.Struct(">bB")  # state, tagged-field count
+DELETE_RUN_B: Final = struct.Struct(">iqbB")  # broker id, event ts, state, tagged-field count
 
-I32 = struct.Struct(">i")
-I8 = struct.Struct(">b")
-SEGMENT_RUN = struct.Struct(">qqiqq")
-I32_I64 = struct.Struct(">iq")  # leader epoch entry; broker id + event ts
-I32_I64_I8 = struct.Struct(">iqb")
+I32: Final = struct.Struct(">i")
+I8: Final = struct.Struct(">b")
+SEGMENT_RUN: Final = struct.Struct(">qqiqq")
+I32_I64: Final = struct.Struct(">iq")  # leader epoch entry; broker id + event ts
+I32_I64_I8: Final = struct.Struct(">iqb")
 
 
 class WireError(Exception):
@@ -153,7 +154,7 @@ def read_tags(
     return tag0, p
 
 
-_SMALL_UVARINTS = tuple(bytes((i,)) for i in range(0x80))
+_SMALL_UVARINTS: Final = tuple(bytes((i,)) for i in range(0x80))
 
 
 def uvarint(value: int) -> bytes:

@@ -16,7 +16,7 @@ from rlmm.records.serde import decode_value, encode_value
 from rlmm.state import keys as K
 from rlmm.state.kv import ReadKV, WriteKV, scan
 from rlmm.state.machine import REFERENCED, UNREFERENCED, _is_break, epoch_end
-from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, new_ref_entry, pack_memberships
+from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, pack_memberships
 
 
 @dataclass(slots=True)
@@ -115,7 +115,7 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
             except KeyError:
                 raise StateError(f"epoch {epoch} of {tp} references segment {segment_id.hex()} outside its epochs") \
                     from None
-            entries.append((start, new_ref_entry(segment_id, end, segment.end_offset, segment.txn_index_empty,
+            entries.append((start, RefEntry(segment_id, end, segment.end_offset, segment.txn_index_empty,
                                                  segment.segment_size_in_bytes, encoded[segment_id])))
             flags = members.setdefault(segment_id, {})
             flags[epoch] = flags.get(epoch, 0) | REFERENCED

@@ -8,43 +8,44 @@ Signed ints are stored with the sign bit flipped so that byte order equals numer
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from rlmm.records.model import TopicIdPartition
 
 # column family names
-META = "meta"  # singletons: schema version, tpid counter, counters
-PARTITIONS = "partitions"  # tp identity -> PartitionRow
-TP_BY_ID = "tp_by_id"  # tpid -> tp identity
-SEGMENTS = "segments"  # tpid|segment id -> topic value of the segment (api key 0 encoding)
-EPOCHS = "epochs"  # tpid|epoch -> EpochRow
-OFFSETS = "offsets"  # tpid|epoch|epoch start offset -> RefEntry (Kafka's offsetToId)
-UNREFERENCED = "unreferenced"  # tpid|epoch|segment id -> b""
-MEMBERSHIP = "membership"  # tpid|segment id -> the epochs tracking the segment (reverse of the two above)
-TXN = "txn"  # tpid|epoch|epoch start offset -> b"" for referenced segments with a txn index
-BREAKS = "breaks"  # tpid|epoch|epoch start offset -> b"" where the offset chain does not continue to the next entry
-MAX_TIMESTAMP = "max_timestamp"  # tpid|max ts|end offset|segment id -> b"" for COPY_SEGMENT_FINISHED segments
-METADATA_OFFSETS = "metadata_offsets"  # metadata partition -> last consumed offset
-QUARANTINE = "quarantine"  # metadata partition|offset -> QuarantineEntry
+META: Final = "meta"  # singletons: schema version, tpid counter, counters
+PARTITIONS: Final = "partitions"  # tp identity -> PartitionRow
+TP_BY_ID: Final = "tp_by_id"  # tpid -> tp identity
+SEGMENTS: Final = "segments"  # tpid|segment id -> topic value of the segment (api key 0 encoding)
+EPOCHS: Final = "epochs"  # tpid|epoch -> EpochRow
+OFFSETS: Final = "offsets"  # tpid|epoch|epoch start offset -> RefEntry (Kafka's offsetToId)
+UNREFERENCED: Final = "unreferenced"  # tpid|epoch|segment id -> b""
+MEMBERSHIP: Final = "membership"  # tpid|segment id -> the epochs tracking the segment (reverse of the two above)
+TXN: Final = "txn"  # tpid|epoch|epoch start offset -> b"" for referenced segments with a txn index
+BREAKS: Final = "breaks"  # tpid|epoch|epoch start offset -> b"" where the offset chain does not continue to the next entry
+MAX_TIMESTAMP: Final = "max_timestamp"  # tpid|max ts|end offset|segment id -> b"" for COPY_SEGMENT_FINISHED segments
+METADATA_OFFSETS: Final = "metadata_offsets"  # metadata partition -> last consumed offset
+QUARANTINE: Final = "quarantine"  # metadata partition|offset -> QuarantineEntry
 
-COLUMN_FAMILIES = (
+COLUMN_FAMILIES: Final = (
     META, PARTITIONS, TP_BY_ID, SEGMENTS, EPOCHS, OFFSETS, UNREFERENCED, MEMBERSHIP, TXN, BREAKS,
     MAX_TIMESTAMP, METADATA_OFFSETS, QUARANTINE,
 )
 # column families whose keys start with a tpid and that a partition removal clears
-PER_PARTITION = (SEGMENTS, EPOCHS, OFFSETS, UNREFERENCED, MEMBERSHIP, TXN, BREAKS, MAX_TIMESTAMP)
+PER_PARTITION: Final = (SEGMENTS, EPOCHS, OFFSETS, UNREFERENCED, MEMBERSHIP, TXN, BREAKS, MAX_TIMESTAMP)
 
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_I32_FLIP = 1 << 31
-_I64_FLIP = 1 << 63
-MAX_OFFSET = (1 << 63) - 1
-MIN_OFFSET = -(1 << 63)
-_TP_IDENTITY = struct.Struct(">16si")
-_EPOCH_KEY = struct.Struct(">4sI")
-_OFFSET_KEY = struct.Struct(">4sIQ")
+_U32: Final = struct.Struct(">I")
+_U64: Final = struct.Struct(">Q")
+_I32_FLIP: Final = 1 << 31
+_I64_FLIP: Final = 1 << 63
+MAX_OFFSET: Final = (1 << 63) - 1
+MIN_OFFSET: Final = -(1 << 63)
+_TP_IDENTITY: Final = struct.Struct(">16si")
+_EPOCH_KEY: Final = struct.Struct(">4sI")
+_OFFSET_KEY: Final = struct.Struct(">4sIQ")
 
-SCHEMA_VERSION_KEY = b"schema_version"
-NEXT_TPID_KEY = b"next_tpid"
+SCHEMA_VERSION_KEY: Final = b"schema_version"
+NEXT_TPID_KEY: Final = b"next_tpid"
 
 
 def tp_identity(tp: TopicIdPartition) -> bytes:

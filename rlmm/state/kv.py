@@ -107,7 +107,8 @@ class MemoryKV:
                 order.add(key)
         table[key] = value
 
-    put_new = put
+    def put_new(self, cf: str, key: bytes, value: bytes) -> None:
+        self.put(cf, key, value)
 
     def delete(self, cf: str, key: bytes) -> None:
         table = self._table(cf)
@@ -139,7 +140,7 @@ class StagedKV:
 
     def _hidden_in_base(self, cf: str, key: bytes) -> bool:
         prefixes = self.deleted_prefixes.get(cf)
-        return bool(prefixes) and any(key.startswith(p) for p in prefixes)
+        return prefixes is not None and any(key.startswith(p) for p in prefixes)
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         table = self.pending.get(cf)
@@ -171,8 +172,7 @@ class StagedKV:
             yield from base
             return
         table = self.pending[cf]
-        keys = _irange_up(order, key, prefix)
-        yield from _merge(base, ((k, table[k]) for k in keys if table[k] is not None), descending=False)
+        yield from _merge(base, _live(table, _irange_up(order, key, prefix)), descending=False)
 
     def iter_down_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
         base = self._base_visible(cf, self.base.iter_down_from(cf, key, prefix))
@@ -181,47 +181,43 @@ class StagedKV:
             yield from base
             return
         table = self.pending[cf]
-        keys = _irange_down(order, key, prefix)
-        yield from _merge(base, ((k, table[k]) for k in keys if table[k] is not None), descending=True)
+        yield from _merge(base, _live(table, _irange_down(order, key, prefix)), descending=True)
 
-    def _through_stage(self, cf: str, found: Item | None) -> Item | None | bool:
-        """A base item as the stage sees it: itself, its pending value, or False if the stage hides it."""
+    def _through_stage(self, cf: str, found: Item | None) -> tuple[bool, Item | None]:
+        """A base item as the stage sees it: (False, itself or its pending value), or (True, None) if the
+        stage hides it."""
         if found is None:
-            return None
+            return False, None
         table = self.pending.get(cf)
         if table is not None and found[0] in table:
             value = table[found[0]]
-            return False if value is None else (found[0], value)
-        return False if self._hidden_in_base(cf, found[0]) else found
+            return (True, None) if value is None else (False, (found[0], value))
+        return (True, None) if self._hidden_in_base(cf, found[0]) else (False, found)
 
     # floor and ceiling combine one seek in the base with one bisection in the pending keys; only a
     # base candidate that the stage hides sends them to the merged iteration.
 
     def floor(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
-        found = self._through_stage(cf, self.base.floor(cf, key, prefix))
-        if found is False:
+        hidden, found = self._through_stage(cf, self.base.floor(cf, key, prefix))
+        if hidden:
             return next(self.iter_down_from(cf, key, prefix), None)
         order = self._sorted(cf)
         if order is None:
             return found
         table = self.pending[cf]
-        for k in _irange_down(order, key, prefix):
-            if table[k] is not None:
-                return (k, table[k]) if found is None or k > found[0] else found
-        return found
+        nearest = next(_live(table, _irange_down(order, key, prefix)), None)
+        return nearest if nearest is not None and (found is None or nearest[0] > found[0]) else found
 
     def ceiling(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
-        found = self._through_stage(cf, self.base.ceiling(cf, key, prefix))
-        if found is False:
+        hidden, found = self._through_stage(cf, self.base.ceiling(cf, key, prefix))
+        if hidden:
             return next(self.iter_from(cf, key, prefix), None)
         order = self._sorted(cf)
         if order is None:
             return found
         table = self.pending[cf]
-        for k in _irange_up(order, key, prefix):
-            if table[k] is not None:
-                return (k, table[k]) if found is None or k < found[0] else found
-        return found
+        nearest = next(_live(table, _irange_up(order, key, prefix)), None)
+        return nearest if nearest is not None and (found is None or nearest[0] < found[0]) else found
 
     def _set(self, cf: str, key: bytes, value: bytes | None) -> None:
         table = self.pending.get(cf)
@@ -274,6 +270,14 @@ def _irange_down(table: SortedList, key: bytes, prefix: bytes) -> Iterator[bytes
     if end is None or key < end:
         return table.irange(minimum=prefix, maximum=key, reverse=True)
     return table.irange(minimum=prefix, maximum=end, inclusive=(True, False), reverse=True)
+
+
+def _live(table: dict[bytes, bytes | None], keys: Iterator[bytes]) -> Iterator[Item]:
+    """The pending items of ``keys`` that are not deletions."""
+    for k in keys:
+        value = table[k]
+        if value is not None:
+            yield k, value
 
 
 def _merge(a: Iterator[Item], b: Iterator[Item], *, descending: bool) -> Iterator[Item]:

@@ -21,6 +21,8 @@ write, so a refused record changes nothing.
 
 from __future__ import annotations
 
+from typing import Final
+
 from rlmm.records.model import (
     PartitionDelete,
     PartitionDeleteState,
@@ -30,7 +32,6 @@ from rlmm.records.model import (
     SegmentState,
     SegmentUpdate,
     TopicIdPartition,
-    fast_constructor,
 )
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.state import keys as K
@@ -44,9 +45,9 @@ from rlmm.state.results import (
     ApplyResult,
     handle_error,
 )
-from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, new_ref_entry, pack_memberships, unpack_memberships
+from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, pack_memberships, unpack_memberships
 
-_S = SegmentState
+_S: Final = SegmentState
 # RemoteLogSegmentState.isValidTransition: source state (None = unknown segment) -> allowed targets
 VALID_TRANSITIONS: dict[SegmentState | None, frozenset[SegmentState]] = {
     None: frozenset({_S.COPY_SEGMENT_STARTED}),
@@ -56,12 +57,10 @@ VALID_TRANSITIONS: dict[SegmentState | None, frozenset[SegmentState]] = {
     _S.DELETE_SEGMENT_FINISHED: frozenset({_S.DELETE_SEGMENT_FINISHED}),
 }
 
-_new_segment = fast_constructor(SegmentMetadata)
+REFERENCED: Final = 1  # membership flag: the id is in the epoch's offset index
+UNREFERENCED: Final = 2  # membership flag: the id is in the epoch's unreferenced set
 
-REFERENCED = 1  # membership flag: the id is in the epoch's offset index
-UNREFERENCED = 2  # membership flag: the id is in the epoch's unreferenced set
-
-MARK_READY_ERROR = "NullPointerException"  # Kafka's markInitialized on a partition without a cache
+MARK_READY_ERROR: Final = "NullPointerException"  # Kafka's markInitialized on a partition without a cache
 
 
 def epoch_end(segment: SegmentMetadata, epoch: int) -> int:
@@ -213,7 +212,7 @@ class StateMachine:
             self._dirty_rows.add(tp)
         return result
 
-    def _store(self, row: PartitionRow, record: RemoteLogMetadata) -> ApplyResult:
+    def _store(self, row: PartitionRow, record: SegmentMetadata | SegmentUpdate | PartitionDelete) -> ApplyResult:
         if row.removed:
             return handle_error("IllegalStateException")
         if isinstance(record, SegmentMetadata):
@@ -246,7 +245,7 @@ class StateMachine:
             return IGNORED_INVALID_TRANSITION
         if target is _S.COPY_SEGMENT_STARTED:
             return handle_error("IllegalArgumentException")
-        updated = _new_segment(  # RemoteLogSegmentMetadata.createWithUpdates
+        updated = SegmentMetadata(  # RemoteLogSegmentMetadata.createWithUpdates
             existing.tp, existing.segment_id, existing.start_offset, existing.end_offset, update.broker_id,
             existing.max_timestamp_ms, update.event_timestamp_ms, existing.segment_leader_epochs,
             existing.segment_size_in_bytes, update.custom_metadata, target, existing.txn_index_empty,
@@ -275,7 +274,7 @@ class StateMachine:
             evicted = self._ref(tpid, epoch, er.last_key)
             self._referenced_remove(er, tpid, epoch, er.last_key, evicted)
             self._unreferenced_add(er, tpid, epoch, evicted.segment_id, evicted.size)
-        entry = new_ref_entry(segment.segment_id, end, segment.end_offset, segment.txn_index_empty,
+        entry = RefEntry(segment.segment_id, end, segment.end_offset, segment.txn_index_empty,
                               segment.segment_size_in_bytes, self._encode(tpid, segment))
         self._referenced_put(er, tpid, epoch, start, entry)
         self._unreferenced_remove(er, tpid, epoch, segment.segment_id, segment.segment_size_in_bytes)
@@ -324,7 +323,9 @@ class StateMachine:
     def _put_segment(self, row: PartitionRow, old: SegmentMetadata | None, new: SegmentMetadata | None) -> None:
         """Replace a segment's metadata (None = absent) and keep every aggregate that depends on it."""
         tpid = row.tpid
-        segment_id = (old or new).segment_id
+        some = old if old is not None else new
+        assert some is not None
+        segment_id = some.segment_id
         self._segments[tpid + segment_id] = new
         self._dirty_segments.add(tpid + segment_id)
         old_size = None if old is None else old.segment_size_in_bytes
@@ -407,7 +408,7 @@ class StateMachine:
         prefix = K.epoch_prefix(tpid, epoch)
         key = K.offset_key(tpid, epoch, start)
         old = None
-        if er.first_key is None:
+        if er.first_key is None or er.last_key is None:
             prev = nxt = None
             er.first_key = er.last_key = start
         elif start > er.last_key:  # an append, the common case: the previous last entry was no break
@@ -458,7 +459,7 @@ class StateMachine:
         self._membership(er, tpid, epoch, entry.segment_id, REFERENCED, False, entry.size)
 
     def _ref(self, tpid: bytes, epoch: int, start: int) -> RefEntry:
-        return RefEntry.unpack(self.kv.get(K.OFFSETS, K.offset_key(tpid, epoch, start)))
+        return ref_entry(self.kv, K.offset_key(tpid, epoch, start))
 
     def _neighbour_below(self, prefix: bytes, start: int) -> tuple[int, RefEntry] | None:
         if start == K.MIN_OFFSET:
@@ -504,6 +505,20 @@ def _max_timestamp_key(tpid: bytes, segment: SegmentMetadata | None) -> bytes | 
     return K.max_timestamp_key(tpid, segment.max_timestamp_ms, segment.end_offset, segment.segment_id)
 
 
+def ref_entry(kv: ReadKV, key: bytes) -> RefEntry:
+    """An offset-index entry that the view's other indexes say exists."""
+    raw = kv.get(K.OFFSETS, key)
+    assert raw is not None, f"no offset-index entry {key.hex()}"
+    return RefEntry.unpack(raw)
+
+
 def load_segment(kv: ReadKV, tpid: bytes, segment_id: bytes) -> SegmentMetadata | None:
     raw = kv.get(K.SEGMENTS, tpid + segment_id)
-    return None if raw is None else decode_value(raw)
+    return None if raw is None else decode_segment(raw)
+
+
+def decode_segment(value: bytes) -> SegmentMetadata:
+    """A segment's topic value as the view stores it."""
+    segment = decode_value(value)
+    assert isinstance(segment, SegmentMetadata)
+    return segment

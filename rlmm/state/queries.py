@@ -8,15 +8,18 @@ ReplicaNotAvailable.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypeVar
 
 from rlmm.records.model import SegmentMetadata, TopicIdPartition
-from rlmm.records.serde import decode_value
 from rlmm.records.uuid import uuid_to_str
 from rlmm.state import keys as K
 from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.state.kv import ReadKV, last, scan
-from rlmm.state.machine import load_segment
+from rlmm.state.machine import decode_segment, load_segment, ref_entry
 from rlmm.state.rows import EpochRow, PartitionRow, RefEntry
+
+
+T = TypeVar("T")
 
 
 class Queries:
@@ -58,7 +61,7 @@ class Queries:
     def remote_log_segment_metadata(self, tp: TopicIdPartition, epoch: int, offset: int) -> SegmentMetadata | None:
         tpid = self._ready_tpid(tp)
         found = self._lookup(tpid, epoch, offset, self._epoch_row(tpid, epoch))
-        return None if found is None else decode_value(found[1].value)
+        return None if found is None else decode_segment(found[1].value)
 
     def highest_offset_for_epoch(self, tp: TopicIdPartition, epoch: int) -> int | None:
         er = self._epoch_row(self._ready_tpid(tp), epoch)
@@ -68,7 +71,7 @@ class Queries:
         """Every segment not yet DELETE_SEGMENT_FINISHED, in segment-id order (Kafka: hash order)."""
         tpid = self._ready_tpid(tp)
         for _, raw in scan(self.kv, K.SEGMENTS, tpid):
-            yield decode_value(raw)
+            yield decode_segment(raw)
 
     def list_epoch_segments(self, tp: TopicIdPartition, epoch: int) -> list[SegmentMetadata]:
         """Referenced and unreferenced segments of the epoch in Kafka's order: the offset index's
@@ -84,7 +87,7 @@ class Queries:
         ids = [RefEntry.unpack(raw).segment_id for _, raw in scan(self.kv, K.OFFSETS, prefix)]
         if er.unreferenced:
             ids += [key[len(prefix):] for key, _ in scan(self.kv, K.UNREFERENCED, prefix)]
-        segments = [load_segment(self.kv, tpid, segment_id) for segment_id in ids]
+        segments = [_present(load_segment(self.kv, tpid, segment_id)) for segment_id in ids]
         if er.unreferenced:
             segments.sort(key=lambda s: s.start_offset)
         return segments
@@ -93,7 +96,7 @@ class Queries:
         """Bytes of the partition's segments (all, or those tracked under one epoch, as Kafka sums them)."""
         tpid = self._ready_tpid(tp)
         if epoch is None:
-            return self.partition_row(tp).total_size
+            return _present(self.partition_row(tp)).total_size
         er = self._epoch_row(tpid, epoch)
         if er is None:
             return 0
@@ -111,18 +114,18 @@ class Queries:
         er = self._epoch_row(tpid, epoch)
         prefix = K.epoch_prefix(tpid, epoch)
         found = self._lookup(tpid, epoch, offset, er)
-        while found is not None:
+        while found is not None and er is not None and er.last_key is not None:
             key, entry = found
             if not entry.txn_index_empty:
-                return decode_value(entry.value)
+                return decode_segment(entry.value)
             stop = K.offset_key(tpid, epoch, er.last_key)
             chain_break = self.kv.ceiling(K.BREAKS, key, prefix)
             if chain_break is not None and chain_break[0] < stop:
                 stop = chain_break[0]
             with_txn = self.kv.ceiling(K.TXN, key, prefix)
             if with_txn is not None and with_txn[0] <= stop:
-                return decode_value(RefEntry.unpack(self.kv.get(K.OFFSETS, with_txn[0])).value)
-            last_of_run = RefEntry.unpack(self.kv.get(K.OFFSETS, stop))
+                return decode_segment(ref_entry(self.kv, with_txn[0]).value)
+            last_of_run = ref_entry(self.kv, stop)
             if last_of_run.end_offset >= K.MAX_OFFSET:
                 return None
             found = self._lookup(tpid, epoch, last_of_run.end_offset + 1, er)
@@ -133,6 +136,12 @@ class Queries:
         tpid = self._ready_tpid(tp)
         item = last(self.kv, K.MAX_TIMESTAMP, tpid)
         return None if item is None else load_segment(self.kv, tpid, item[0][-16:])
+
+
+def _present(value: T | None) -> T:
+    """A row or segment that the view's indexes say exists."""
+    assert value is not None
+    return value
 
 
 def _describe(tp: TopicIdPartition) -> str:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Final
 
-from rlmm.records.model import fast_constructor
-
-_NONE = -(1 << 63)  # stands for "absent" in optional int64 fields (Kafka never stores Long.MIN_VALUE here)
+_PARTITION_ROW: Final = struct.Struct(">4sBqqqq")
+_EPOCH_ROW: Final = struct.Struct(">qqqqqIII")
+_REF_ENTRY: Final = struct.Struct(">16sqq?i")
+_NONE: Final = -(1 << 63)  # stands for "absent" in optional int64 fields (Kafka never stores Long.MIN_VALUE here)
 
 
 def _opt(value: int | None) -> int:
@@ -18,7 +20,10 @@ def _unopt(value: int) -> int | None:
     return None if value == _NONE else value
 
 
-@dataclass(slots=True)
+# Constructors are written out (``init=False``): a dataclass's own stays interpreted when compiled.
+
+
+@dataclass(slots=True, init=False)
 class PartitionRow:
     """Per user partition: Kafka's cache existence/readiness, ConsumerTask's last applied offset,
     the partition delete marker, and aggregates over the partition's segments."""
@@ -33,22 +38,33 @@ class PartitionRow:
     orphans: int = 0  # segments without metadata that epochs still track (Kafka's dangling ids)
     delete_record: bytes = b""  # topic value of the latest RemotePartitionDeleteMetadata, if any
 
-    _LAYOUT = struct.Struct(">4sBqqqq")
+    def __init__(self, tpid: bytes, assigned: bool = False, ready: bool = False, removed: bool = False,
+                 last_applied_offset: int | None = None, total_size: int = 0, segment_count: int = 0,
+                 orphans: int = 0, delete_record: bytes = b"") -> None:
+        self.tpid = tpid
+        self.assigned = assigned
+        self.ready = ready
+        self.removed = removed
+        self.last_applied_offset = last_applied_offset
+        self.total_size = total_size
+        self.segment_count = segment_count
+        self.orphans = orphans
+        self.delete_record = delete_record
 
     def pack(self) -> bytes:
         flags = self.assigned | self.ready << 1 | self.removed << 2
-        return self._LAYOUT.pack(
+        return _PARTITION_ROW.pack(
             self.tpid, flags, _opt(self.last_applied_offset), self.total_size, self.segment_count, self.orphans
         ) + self.delete_record
 
     @classmethod
     def unpack(cls, data: bytes) -> PartitionRow:
-        tpid, flags, last, total, count, orphans = cls._LAYOUT.unpack_from(data)
+        tpid, flags, last, total, count, orphans = _PARTITION_ROW.unpack_from(data)
         return cls(tpid, bool(flags & 1), bool(flags & 2), bool(flags & 4), _unopt(last), total, count, orphans,
-                   data[cls._LAYOUT.size:])
+                   data[_PARTITION_ROW.size:])
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EpochRow:
     """Per (partition, leader epoch): Kafka's RemoteLogLeaderEpochState summary.
 
@@ -65,19 +81,28 @@ class EpochRow:
     dangling: int = 0
     unreferenced: int = 0  # size of the unreferenced set
 
-    _LAYOUT = struct.Struct(">qqqqqIII")
+    def __init__(self, highest_offset: int | None = None, first_key: int | None = None, last_key: int | None = None,
+                 last_end: int = 0, size: int = 0, members: int = 0, dangling: int = 0, unreferenced: int = 0) -> None:
+        self.highest_offset = highest_offset
+        self.first_key = first_key
+        self.last_key = last_key
+        self.last_end = last_end
+        self.size = size
+        self.members = members
+        self.dangling = dangling
+        self.unreferenced = unreferenced
 
     def pack(self) -> bytes:
-        return self._LAYOUT.pack(_opt(self.highest_offset), _opt(self.first_key), _opt(self.last_key), self.last_end,
+        return _EPOCH_ROW.pack(_opt(self.highest_offset), _opt(self.first_key), _opt(self.last_key), self.last_end,
                                  self.size, self.members, self.dangling, self.unreferenced)
 
     @classmethod
     def unpack(cls, data: bytes) -> EpochRow:
-        highest, first, last, last_end, size, members, dangling, unreferenced = cls._LAYOUT.unpack(data)
+        highest, first, last, last_end, size, members, dangling, unreferenced = _EPOCH_ROW.unpack(data)
         return cls(_unopt(highest), _unopt(first), _unopt(last), last_end, size, members, dangling, unreferenced)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class RefEntry:
     """A referenced segment in an epoch's offset index, with what lookups and the txn chain need and
     the segment's topic value itself, so that a lookup is one seek. (A referenced segment is
@@ -90,20 +115,25 @@ class RefEntry:
     size: int  # segment_size_in_bytes
     value: bytes = b""
 
-    _LAYOUT = struct.Struct(">16sqq?i")
+    def __init__(self, segment_id: bytes, epoch_end: int, end_offset: int, txn_index_empty: bool, size: int,
+                 value: bytes = b"") -> None:
+        self.segment_id = segment_id
+        self.epoch_end = epoch_end
+        self.end_offset = end_offset
+        self.txn_index_empty = txn_index_empty
+        self.size = size
+        self.value = value
 
     def pack(self) -> bytes:
-        return self._LAYOUT.pack(self.segment_id, self.epoch_end, self.end_offset, self.txn_index_empty,
+        return _REF_ENTRY.pack(self.segment_id, self.epoch_end, self.end_offset, self.txn_index_empty,
                                  self.size) + self.value
 
     @classmethod
     def unpack(cls, data: bytes) -> RefEntry:
-        return new_ref_entry(*_REF_ENTRY.unpack_from(data), data[_REF_ENTRY.size:])
+        segment_id, epoch_end, end_offset, txn_index_empty, size = _REF_ENTRY.unpack_from(data)
+        return cls(segment_id, epoch_end, end_offset, txn_index_empty, size, data[_REF_ENTRY.size:])
 
-
-_REF_ENTRY = RefEntry._LAYOUT
-new_ref_entry = fast_constructor(RefEntry)  # positional, every field: the hot paths' constructor
-_MEMBERSHIP = struct.Struct(">iB")
+_MEMBERSHIP: Final = struct.Struct(">iB")
 
 
 def pack_memberships(members: dict[int, int]) -> bytes:

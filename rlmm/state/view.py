@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.serde import DecodeError, decode_value
@@ -29,10 +30,10 @@ from rlmm.state.results import ApplyResult
 from rlmm.state.rows import EpochRow, PartitionRow
 from rlmm.state.rocks import RocksKV
 
-SCHEMA_VERSION = 1
-EPOCH_CACHE_LIMIT = 100_000
-_HEADER_LEN = struct.Struct(">H")
-CONSUMER_STATE_PREFIX = b"consumer:"  # meta keys owned by the consumer
+SCHEMA_VERSION: Final = 1
+EPOCH_CACHE_LIMIT: Final = 100_000
+_HEADER_LEN: Final = struct.Struct(">H")
+CONSUMER_STATE_PREFIX: Final = b"consumer:"  # meta keys owned by the consumer
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +201,6 @@ class View:
 
     def partitions(self) -> Iterator[tuple[TopicIdPartition, bool, bool]]:
         """(partition, assigned, ready) for every partition the view knows."""
-        for key, _ in scan(self._kv, K.PARTITIONS, b""):
-            tp = K.tp_from_identity(key)
-            row = self.queries.partition_row(tp)
-            yield tp, row.assigned, row.ready
+        for key, raw in scan(self._kv, K.PARTITIONS, b""):
+            row = PartitionRow.unpack(raw)
+            yield K.tp_from_identity(key), row.assigned, row.ready

@@ -1,0 +1,91 @@
+"""Which build of the core runs: compiled by mypyc when rlmm was installed, or interpreted.
+
+``setup.py`` compiles ``COMPILED_MODULES`` into extension modules next to their sources and records
+the digest of each source it compiled. Python imports an extension before a source, so in a source
+checkout (an editable install) a module edited after the build would run its stale compiled self.
+There, when any source differs from the one compiled, and whenever ``RLMM_INTERPRETED=1``, every
+compiled module is imported from its source instead: they call each other directly, so they are only
+ever used all together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import warnings
+from importlib.machinery import ModuleSpec
+from pathlib import Path
+
+# the modules setup.py compiles: the hot path of decoding and applying records
+COMPILED_MODULES = (
+    "rlmm.records.model",
+    "rlmm.records.wire",
+    "rlmm.records.uuid",
+    "rlmm.records.serde",
+    "rlmm.state.results",
+    "rlmm.state.keys",
+    "rlmm.state.rows",
+    "rlmm.state.kv",
+    "rlmm.state.machine",
+    "rlmm.state.rocks",
+    "rlmm.state.view",
+)
+INTERPRETED_ENV = "RLMM_INTERPRETED"
+_ROOT = Path(__file__).resolve().parent.parent  # the directory holding the rlmm package
+SOURCES_RECORD = Path(__file__).with_name("compiled_sources.json")  # written by setup.py when it compiles
+
+
+def source_path(name: str) -> Path:
+    return _ROOT.joinpath(*name.split(".")).with_suffix(".py")
+
+
+def source_digest(name: str) -> str:
+    return hashlib.sha256(source_path(name).read_bytes()).hexdigest()
+
+
+def stale_modules() -> list[str]:
+    """Compiled modules whose source differs from the one compiled. Checked in a source checkout only,
+    where sources are edited; an installed rlmm runs what its wheel holds."""
+    if not (_ROOT / "pyproject.toml").exists():
+        return []
+    compiled = [name for name in COMPILED_MODULES if _has_extension(name)]
+    if not compiled:
+        return []
+    record = json.loads(SOURCES_RECORD.read_text()) if SOURCES_RECORD.exists() else {}
+    return [name for name in compiled if record.get(name) != source_digest(name)]
+
+
+def _has_extension(name: str) -> bool:
+    source = source_path(name)
+    return any(source.with_name(source.stem + suffix).exists() for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+
+
+class _FromSource(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: object = None, target: object = None) -> ModuleSpec | None:
+        if name not in COMPILED_MODULES:
+            return None
+        return importlib.util.spec_from_file_location(name, source_path(name))
+
+
+def choose_build() -> None:
+    """Import the core from its sources when asked to or when its compiled modules are stale."""
+    if any(name in sys.modules for name in COMPILED_MODULES):
+        return
+    stale = stale_modules()
+    if stale:
+        warnings.warn(f"rlmm: {', '.join(stale)} changed since the core was compiled; running the interpreted core "
+                      f"(reinstall rlmm, e.g. pip install -e ., to compile it again)", stacklevel=2)
+    if stale or os.environ.get(INTERPRETED_ENV) == "1":
+        sys.meta_path.insert(0, _FromSource())
+
+
+def core_build() -> str:
+    """'compiled' or 'interpreted': how the core runs in this process."""
+    spec = importlib.util.find_spec("rlmm.state.machine")
+    origin = spec.origin if spec is not None else None
+    return "compiled" if origin is not None and not origin.endswith(".py") else "interpreted"

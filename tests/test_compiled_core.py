@@ -1,0 +1,101 @@
+"""The hot path of the core runs compiled by mypyc (``setup.py``); compiled and interpreted must agree.
+
+CI installs with a C compiler, so the compiled build is required here: a broken toolchain fails this
+test instead of leaving the suite to pass on the slow build.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import rlmm.state.machine
+from rlmm.compiled import COMPILED_MODULES, INTERPRETED_ENV, core_build
+from rlmm.records.serde import DecodeError, decode_value
+from rlmm.records.model import PartitionDelete, PartitionDeleteState, SegmentMetadata, SegmentState, SegmentUpdate
+from rlmm.workload import Workload, WorkloadConfig
+from tests.compat import compat_dir
+
+# Replays every public scenario and folds a generated stream into a view, then prints the replay lines
+# and a digest of every column family of the view.
+_RUN_BOTH = """
+import hashlib, json, sys, tempfile
+from pathlib import Path
+from rlmm.compiled import core_build
+from rlmm.replay import replay
+from rlmm.state import keys as K
+from rlmm.state.view import View
+from rlmm.workload import Workload, WorkloadConfig
+
+out = {"build": core_build(), "replays": {d: list(replay(Path(d))) for d in sys.argv[1:]}}
+workload = Workload(WorkloadConfig(partitions=12, metadata_partitions=4, seed=21, retained_segments=50))
+events = list(workload.events(20_000))
+with tempfile.TemporaryDirectory() as tmp, View(Path(tmp) / "view") as view:
+    with view.batch() as batch:
+        for tp in workload.user_partitions():
+            batch.assign(tp)
+            batch.mark_ready(tp)
+    for i in range(0, len(events), 1_500):
+        with view.batch() as batch:
+            for e in events[i:i + 1_500]:
+                batch.apply(e.metadata_partition, e.offset, e.value)
+    digests = {}
+    for cf in K.COLUMN_FAMILIES:
+        h = hashlib.sha256()
+        for key, value in view.items(cf):
+            h.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
+        digests[cf] = h.hexdigest()
+    out["view"] = digests
+print(json.dumps(out))
+"""
+
+
+def _run(interpreted: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != INTERPRETED_ENV}
+    if interpreted:
+        env[INTERPRETED_ENV] = "1"
+    scenarios = sorted(str(p) for p in (compat_dir() / "replay-public").iterdir() if p.is_dir())
+    result = subprocess.run([sys.executable, "-c", _RUN_BOTH, *scenarios], env=env, check=True,
+                            capture_output=True, text=True)
+    return json.loads(result.stdout)
+
+
+def test_the_core_runs_compiled() -> None:
+    expected = "interpreted" if os.environ.get(INTERPRETED_ENV) == "1" else "compiled"
+    assert core_build() == expected, (
+        f"the core runs {core_build()}: install rlmm where a C compiler is found (RLMM_COMPILE=1 makes a "
+        f"missing one an install error), or set {INTERPRETED_ENV}=1 to test the interpreted core")
+    for name in COMPILED_MODULES:
+        module = sys.modules.get(name) or __import__(name, fromlist=["_"])
+        assert Path(module.__file__).suffix == (".py" if expected == "interpreted" else ".so"), name
+    assert Path(rlmm.state.machine.__file__).suffix == (".py" if expected == "interpreted" else ".so")
+
+
+def test_compiled_and_interpreted_cores_agree() -> None:
+    compiled, interpreted = _run(interpreted=False), _run(interpreted=True)
+    assert (compiled["build"], interpreted["build"]) == ("compiled", "interpreted")
+    assert compiled["replays"] and all(compiled["replays"].values())
+    assert compiled["replays"] == interpreted["replays"]
+    assert compiled["view"] == interpreted["view"]
+    assert len(set(compiled["view"].values())) > 5  # the stream filled most column families
+
+
+def test_records_pickle_and_copy() -> None:
+    records = []
+    for event in Workload(WorkloadConfig(partitions=3, seed=2)).events(200):
+        try:
+            records.append(decode_value(event.value or b""))
+        except DecodeError:
+            pass  # the workload's invalid records
+    kinds = {type(r) for r in records}
+    assert {SegmentMetadata, SegmentUpdate} <= kinds
+    tp = records[0].tp
+    records.append(PartitionDelete(tp, 1, 2, PartitionDeleteState.DELETE_PARTITION_MARKED))
+    for record in records:
+        copy = pickle.loads(pickle.dumps(record))
+        assert copy == record and type(copy) is type(record)
+    assert SegmentState.COPY_SEGMENT_FINISHED in {getattr(r, "state", None) for r in records}
