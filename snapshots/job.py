@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import sys
 import threading
@@ -104,12 +105,8 @@ class _KafkaReader(DataSourceReader):
         return [RangePartition(b) for b in plan_bins(self.ranges, self.split, self.target)] or [RangePartition([])]
 
     def read(self, partition: RangePartition) -> Iterator:
-        from snapshots.kafka_io import read_range
-
-        def rows():
-            for mp, start, end in partition.ranges:
-                yield from read_range(self.bootstrap, self.topic, mp, start, end)
-        yield from _arrow_batches(rows())
+        from snapshots.kafka_io import read_ranges
+        yield from _arrow_batches(read_ranges(self.bootstrap, self.topic, partition.ranges))
 
 
 class FilePartition(InputPartition):
@@ -189,35 +186,52 @@ def spark_session(master: str = "local[*]", app: str = "rlmm-snapshot", conf: di
     return spark
 
 
-def _route_partition(rows: Iterator) -> Iterator[tuple[bytes, tuple[int, int, bytes | None]]]:
+ROUTED = "key binary, mp int, offset long, value binary"
+FOLDED = "key binary, payload binary"  # payload: a pickled Avro state record, or the quarantine's list of them
+
+
+def _route_batches(batches: Iterator) -> Iterator:
+    """Each record's routing key (user partition, quarantine or unroutable), added to its Arrow batch."""
+    import pyarrow as pa
+
     from snapshots.fold import route
-    for row in rows:
-        r = route(row[0], row[1], row[2])
-        yield r.key, (r.metadata_partition, r.offset, r.value)
+    for batch in batches:
+        mps, offsets, values = (batch.column(i).to_pylist() for i in range(3))
+        keys = [route(mp, offset, value).key for mp, offset, value in zip(mps, offsets, values)]
+        yield pa.RecordBatch.from_arrays([pa.array(keys, pa.binary()), *batch.columns], names=["key", "mp", "offset",
+                                                                                            "value"])
 
 
-def _fold_group(item) -> tuple[bytes, object]:
+def _fold_group(records, bases):
+    """One user partition: its records (an Arrow table) folded over its state in the older snapshot, if
+    any; or the quarantine group: its records as quarantine entries."""
+    import pyarrow as pa
+
     from rlmm.state import keys as K
     from snapshots.fold import QUARANTINE_KEY, fold_partition, quarantined
     from snapshots.format import quarantine_to_avro, state_from_avro, state_to_avro
-    key, (bases, recs) = item
-    bases, recs = list(bases), list(recs)
+    key = (records if records.num_rows else bases).column("key")[0].as_py()
+    base = bases.column("payload")[0].as_py() if bases.num_rows else None
     if key == QUARANTINE_KEY:  # the undecodable records, all in one group (few)
-        return key, [quarantine_to_avro(quarantined(mp, offset, value)) for mp, offset, value in recs]
-    base = state_from_avro(bases[0]) if bases else None
-    if not recs:
-        return key, bases[0]
-    tp = K.tp_from_identity(key[1:])
-    state = fold_partition(tp, [(offset, value) for _, offset, value in recs], base)
-    return key, state_to_avro(state)
+        rows = zip(*(records.column(c).to_pylist() for c in ("mp", "offset", "value")))
+        payload = pickle.dumps([quarantine_to_avro(quarantined(mp, offset, value)) for mp, offset, value in rows])
+    elif not records.num_rows:
+        payload = base
+    else:
+        state = fold_partition(K.tp_from_identity(key[1:]),
+                               zip(records.column("offset").to_pylist(), records.column("value").to_pylist()),
+                               state_from_avro(pickle.loads(base)) if base is not None else None)
+        payload = pickle.dumps(state_to_avro(state))
+    return pa.table({"key": pa.array([key], pa.binary()), "payload": pa.array([payload], pa.binary())})
 
 
 def _writer(staging: str):
-    def write(index: int, items: Iterator[tuple[bytes, object]]) -> Iterator[dict]:
+    def write(index: int, rows: Iterator) -> Iterator[dict]:
         from snapshots.fold import QUARANTINE_KEY
         from snapshots.format import PARTITION_SCHEMA, write_avro_file
         records = []
-        for key, value in items:
+        for key, payload in rows:
+            value = pickle.loads(payload)
             if key == QUARANTINE_KEY:
                 yield {"quarantine": value}
             else:
@@ -310,12 +324,13 @@ def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = 
     staging.mkdir(parents=True)
     try:
         with _Progress(spark, say):
-            records = df.rdd.mapPartitions(_route_partition).filter(lambda kv: kv[0] != UNROUTABLE_KEY)
+            from pyspark.sql.functions import col, lit
+            records = df.mapInArrow(_route_batches, ROUTED).filter(col("key") != lit(UNROUTABLE_KEY))
             n_out = output_partitions or max(2, sc.defaultParallelism)
-            bases = sc.parallelize([(b"p" + tp_identity(s.tp), state_to_avro(s)) for s in base.states]
-                                   if base else [], n_out)
-            folded = bases.cogroup(records, n_out).map(_fold_group)
-            outputs = folded.mapPartitionsWithIndex(_writer(str(staging))).collect()
+            bases = spark.createDataFrame([(b"p" + tp_identity(s.tp), pickle.dumps(state_to_avro(s)))
+                                           for s in (base.states if base else [])], FOLDED)
+            folded = records.groupBy("key").cogroup(bases.groupBy("key")).applyInArrow(_fold_group, FOLDED)
+            outputs = folded.coalesce(n_out).rdd.mapPartitionsWithIndex(_writer(str(staging))).collect()
             files = [o["file"] for o in outputs if "file" in o]
             quarantine_rows = [q for o in outputs if "quarantine" in o for q in o["quarantine"]]
         say(f"folded: {sum(f['records'] for f in files)} partitions in {len(files)} files")

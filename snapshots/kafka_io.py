@@ -61,31 +61,50 @@ def end_offsets(bootstrap: str, topic: str, partitions: int, timeout: float = 60
 def read_range(bootstrap: str, topic: str, mp: int, start: int, end: int, *, with_timestamp: bool = False,
                timeout: float = 120.0) -> Iterator[tuple]:
     """Records of one partition with ``start <= offset < end``: (partition, offset, value[, timestamp])."""
-    if end <= start:
+    return read_ranges(bootstrap, topic, [(mp, start, end)], with_timestamp=with_timestamp, timeout=timeout)
+
+
+def read_ranges(bootstrap: str, topic: str, ranges: list[tuple[int, int, int]], *, with_timestamp: bool = False,
+                timeout: float = 120.0) -> Iterator[tuple]:
+    """Records of every (partition, start, end) range with ``start <= offset < end``, through one consumer:
+    (partition, offset, value[, timestamp]), each partition's in offset order, partitions interleaved."""
+    pending = {mp: (start, end) for mp, start, end in ranges if end > start}
+    if not pending:
         return
     consumer = _consumer(bootstrap)
+
+    def done(mp: int) -> None:
+        del pending[mp]
+        consumer.pause([TopicPartition(topic, mp)])
+
     try:
-        consumer.assign([TopicPartition(topic, mp, start)])
+        consumer.assign([TopicPartition(topic, mp, start) for mp, (start, _) in pending.items()])
         deadline = time.monotonic() + timeout
-        while True:
+        while pending:
             messages = consumer.consume(5000, timeout=0.1)
             if messages:
                 deadline = time.monotonic() + timeout
             elif time.monotonic() > deadline:
-                raise TimeoutError(f"{topic}/{mp}: no record for {timeout} s before offset {end}")
+                missing = ", ".join(f"{mp} before offset {end}" for mp, (_, end) in sorted(pending.items()))
+                raise TimeoutError(f"{topic}: no record for {timeout} s from partitions {missing}")
             for message in messages:
+                mp = message.partition()
+                bounds = pending.get(mp)
+                if bounds is None:
+                    continue
+                start, end = bounds
                 error = message.error()
                 if error is not None:
                     if error.code() == EOF_CODE:
                         if message.offset() >= end:
-                            return
-                        continue
-                    if error.fatal():
+                            done(mp)
+                    elif error.fatal():
                         raise RuntimeError(str(error))
                     continue
                 offset = message.offset()
                 if offset >= end:
-                    return
+                    done(mp)
+                    continue
                 if offset < start:
                     continue
                 if with_timestamp:
@@ -93,6 +112,6 @@ def read_range(bootstrap: str, topic: str, mp: int, start: int, end: int, *, wit
                 else:
                     yield mp, offset, message.value()
                 if offset == end - 1:
-                    return
+                    done(mp)
     finally:
         consumer.close()
