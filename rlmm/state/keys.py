@@ -42,6 +42,7 @@ MIN_OFFSET = -(1 << 63)
 _TP_IDENTITY = struct.Struct(">16si")
 _EPOCH_KEY = struct.Struct(">4sI")
 _OFFSET_KEY = struct.Struct(">4sIQ")
+EPOCH_PREFIX_LEN = _EPOCH_KEY.size  # an offset key is its epoch prefix and the offset
 
 SCHEMA_VERSION_KEY = b"schema_version"
 NEXT_TPID_KEY = b"next_tpid"

@@ -102,7 +102,20 @@ class RefEntry:
 
 
 _REF_ENTRY = RefEntry._LAYOUT
+_REF_EPOCH_END = struct.Struct(">16xq")  # after the segment id
 new_ref_entry = fast_constructor(RefEntry)  # positional, every field: the hot paths' constructor
+
+
+def ref_epoch_end(data: bytes) -> int:
+    """``epoch_end`` of a packed RefEntry, without unpacking the rest."""
+    return _REF_EPOCH_END.unpack_from(data)[0]
+
+
+def ref_value(data: bytes) -> bytes:
+    """``value`` of a packed RefEntry, without unpacking the rest."""
+    return data[_REF_ENTRY.size:]
+
+
 _MEMBERSHIP = struct.Struct(">iB")
 
 
