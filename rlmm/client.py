@@ -27,6 +27,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay
 from tenacity.wait import wait_base, wait_exponential_jitter
 
 from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentUpdate, TopicIdPartition
+from rlmm.records.serde import decode_value
 from rlmm.server import convert
 from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.v1 import service_pb2 as api
@@ -171,10 +172,13 @@ class RlmmClient:
         response = self._call(self._stub.RemoteLogSegmentMetadata, _lookup(tp, epoch, offset))
         return _segment(response)
 
-    def remote_log_segment_metadata_batch(self, lookups: Iterable[Lookup]) -> list[SegmentMetadata | None | RlmmError]:
+    def remote_log_segment_metadata_batch(self, lookups: Iterable[Lookup], *, kafka_values: bool = True
+                                          ) -> list[SegmentMetadata | None | RlmmError]:
         """One answer per (partition, epoch, offset): the segment, None, or the error of that lookup alone
-        (``NotFoundError``, ``ReplicaNotAvailableError``)."""
-        request = api.BatchRemoteLogSegmentMetadataRequest(lookups=[_lookup(*lookup) for lookup in lookups])
+        (``NotFoundError``, ``ReplicaNotAvailableError``). ``kafka_values``: the server sends segments as
+        Kafka's bytes, decoded here (cheaper on both sides); the answers are the same either way."""
+        request = api.BatchRemoteLogSegmentMetadataRequest(lookups=[_lookup(*lookup) for lookup in lookups],
+                                                           kafka_values=kafka_values)
         response = self._call(self._stub.BatchRemoteLogSegmentMetadata, request)
         return [_result(r) for r in response.results]
 
@@ -281,6 +285,8 @@ def _segment(response) -> SegmentMetadata | None:
 
 def _result(result: api.LookupResult) -> SegmentMetadata | None | RlmmError:
     kind = result.WhichOneof("result")
+    if kind == "kafka_value":
+        return decode_value(result.kafka_value)
     if kind == "remote_log_segment_metadata":
         return convert.segment_metadata_from_pb(result.remote_log_segment_metadata)
     if kind == "error":

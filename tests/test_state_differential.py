@@ -24,7 +24,9 @@ from rlmm.records.model import (
     TopicIdPartition,
 )
 from rlmm.records.serde import encode_value
+from rlmm.state.errors import KafkaStateError
 from rlmm.state.probe import probe_partition
+from rlmm.state.queries import Queries
 from rlmm.state.view import View
 from tests.reference_model import ReferenceModel
 
@@ -101,3 +103,25 @@ def test_view_matches_naive_model(stream) -> None:
                     assert batch.apply(0, offset, value) == expected, (offset, record)
             assert probe_partition(view.queries, ASSIGNED) == probe_partition(model, ASSIGNED)
             assert probe_partition(view.queries, OTHER) == probe_partition(model, OTHER)
+            assert batch_answers(view.queries) == single_answers(view.queries)
+
+
+BATCH_LOOKUPS = [(p, epoch, offset) for p in (0, 1) for epoch in range(8) for offset in range(0, 96, 3)]
+
+
+def batch_answers(queries: Queries) -> list:
+    """Lookups of both partitions in one batch (from the offset cache, which lives across batches)."""
+    answers = queries.remote_log_segment_values([ASSIGNED, OTHER], BATCH_LOOKUPS)
+    return [a if a is None or isinstance(a, bytes) else a.kafka_name for a in answers]
+
+
+def single_answers(queries: Queries) -> list:
+    answers = []
+    for p, epoch, offset in BATCH_LOOKUPS:
+        try:
+            found = queries.remote_log_segment_metadata((ASSIGNED, OTHER)[p], epoch, offset)
+        except KafkaStateError as exc:
+            answers.append(exc.kafka_name)
+        else:
+            answers.append(None if found is None else encode_value(found))
+    return answers

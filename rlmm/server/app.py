@@ -123,7 +123,8 @@ def run(settings: ServeSettings, started: Callable[[dict], None]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     config = settings.rlmm_config()
-    with View(settings.view, sync=settings.sync, cache_mb=settings.cache_mb) as view:
+    with View(settings.view, sync=settings.sync, cache_mb=settings.cache_mb,
+              row_cache_mb=settings.row_cache_mb) as view:
         manager = None if config is None else RemoteLogMetadataManager(view, config, settings.initial_partitions())
         if manager is not None:
             manager.start()

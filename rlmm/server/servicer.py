@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
 from rlmm.records.model import SegmentMetadata, TopicIdPartition
-from rlmm.records.serde import encode_value
+from rlmm.records.serde import decode_value, encode_value
 from rlmm.records.uuid import uuid_to_str
 from rlmm.server import convert
 from rlmm.server.auth import WriteAuthorization
@@ -151,36 +151,35 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
         return _with_segment(api.RemoteLogSegmentMetadataResponse(), segment)
 
     def BatchRemoteLogSegmentMetadata(self, request, context):
-        lookups = request.lookups
+        partitions, lookups = self._lookups(request.lookups)
+        answers = self._queries.remote_log_segment_values(partitions, lookups)
+        response = api.BatchRemoteLogSegmentMetadataResponse()
+        (_add_kafka_values if request.kafka_values else _add_messages)(response.results, answers)
+        self.metrics.lookups.inc(len(lookups))
+        return response
+
+    def _lookups(self, lookups) -> tuple[list[TopicIdPartition], list[tuple[int, int, int]]]:
+        """The distinct partitions of a batch's checked lookups, and each lookup as (index of its
+        partition, leader epoch, offset)."""
         if len(lookups) > self.max_batch_lookups:
             raise ArgumentError("lookups", f"{len(lookups)} lookups, more than the {self.max_batch_lookups} this "
                                            f"server answers in one call: split the batch")
-        partitions: dict[tuple[str, str, int], TopicIdPartition] = {}
-        response = api.BatchRemoteLogSegmentMetadataResponse()
-        add = response.results.add
-        fill = convert.fill_segment_metadata
-        query = self._queries.remote_log_segment_metadata
+        partitions: list[TopicIdPartition] = []
+        indexes: dict[tuple[str, str, int], int] = {}
+        checked: list[tuple[int, int, int]] = []
         for i, lookup in enumerate(lookups):
             raw = lookup.topic_id_partition
             key = (raw.topic_id, raw.topic, raw.partition)
-            tp = partitions.get(key)
-            if tp is None:
-                tp = partitions[key] = partition_of(lookup, f"lookups[{i}]")
-            if lookup.leader_epoch < 0 or lookup.offset < 0:
-                not_negative(lookup.leader_epoch, f"lookups[{i}].leader_epoch")
-                not_negative(lookup.offset, f"lookups[{i}].offset")
-            result = add()
-            try:
-                segment = query(tp, lookup.leader_epoch, lookup.offset)
-            except KafkaStateError as exc:
-                error = result.error
-                error.code = _NOT_FOUND if isinstance(exc, RemoteResourceNotFound) else _UNAVAILABLE
-                error.message, error.kafka_exception = str(exc), exc.kafka_name
-                continue
-            if segment is not None:
-                fill(result.remote_log_segment_metadata, segment)
-        self.metrics.lookups.inc(len(lookups))
-        return response
+            index = indexes.get(key)
+            if index is None:
+                index = indexes[key] = len(partitions)
+                partitions.append(partition_of(lookup, f"lookups[{i}]"))
+            epoch, offset = lookup.leader_epoch, lookup.offset
+            if epoch < 0 or offset < 0:
+                not_negative(epoch, f"lookups[{i}].leader_epoch")
+                not_negative(offset, f"lookups[{i}].offset")
+            checked.append((index, epoch, offset))
+        return partitions, checked
 
     def HighestOffsetForEpoch(self, request, context):
         tp = partition_of(request)
@@ -273,6 +272,34 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
                                  for mp in status.metadata_partitions],
             quarantined=status.quarantined, registered_partitions=status.registered_partitions,
             loading_partitions=status.loading_partitions, counters=status.counters, segments=status.segments)
+
+
+def _add_messages(results, answers: list[bytes | None | KafkaStateError]) -> None:
+    """One result per answer, a segment as a RemoteLogSegmentMetadata message."""
+    add, fill = results.add, convert.fill_segment_metadata
+    for answer in answers:
+        result = add()
+        if isinstance(answer, bytes):
+            fill(result.remote_log_segment_metadata, decode_value(answer))
+        elif answer is not None:
+            _set_error(result.error, answer)
+
+
+def _add_kafka_values(results, answers: list[bytes | None | KafkaStateError]) -> None:
+    """One result per answer, a segment as its Kafka value."""
+    add = results.add
+    for answer in answers:
+        if isinstance(answer, bytes):
+            add().kafka_value = answer
+        elif answer is None:
+            add()
+        else:
+            _set_error(add().error, answer)
+
+
+def _set_error(error: api.LookupError, exc: KafkaStateError) -> None:
+    error.code = _NOT_FOUND if isinstance(exc, RemoteResourceNotFound) else _UNAVAILABLE
+    error.message, error.kafka_exception = str(exc), exc.kafka_name
 
 
 def _with_segment(response, segment: SegmentMetadata | None):

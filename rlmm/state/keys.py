@@ -43,6 +43,7 @@ MIN_OFFSET: Final = -(1 << 63)
 _TP_IDENTITY: Final = struct.Struct(">16si")
 _EPOCH_KEY: Final = struct.Struct(">4sI")
 _OFFSET_KEY: Final = struct.Struct(">4sIQ")
+EPOCH_PREFIX_LEN: Final = _EPOCH_KEY.size  # an offset key is its epoch prefix and the offset
 
 SCHEMA_VERSION_KEY: Final = b"schema_version"
 NEXT_TPID_KEY: Final = b"next_tpid"

@@ -7,24 +7,27 @@ ReplicaNotAvailable.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
 from rlmm.records.model import SegmentMetadata, TopicIdPartition
 from rlmm.records.uuid import uuid_to_str
 from rlmm.state import keys as K
-from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
-from rlmm.state.kv import ReadKV, last, scan
+from rlmm.state.errors import KafkaStateError, RemoteResourceNotFound, ReplicaNotAvailable
+from rlmm.state.kv import Item, ReadKV, last, scan
 from rlmm.state.machine import decode_segment, load_segment, ref_entry
-from rlmm.state.rows import EpochRow, PartitionRow, RefEntry
+from rlmm.state.offset_cache import OffsetCache
+from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, ref_epoch_end, ref_value
 
 
 T = TypeVar("T")
 
 
 class Queries:
-    def __init__(self, kv: ReadKV) -> None:
+    def __init__(self, kv: ReadKV, offset_cache: OffsetCache | None = None) -> None:
+        """``offset_cache`` (over the same state as ``kv``) speeds up batch lookups."""
         self.kv = kv
+        self.offset_cache = offset_cache
 
     def partition_row(self, tp: TopicIdPartition) -> PartitionRow | None:
         raw = self.kv.get(K.PARTITIONS, K.tp_identity(tp))
@@ -39,16 +42,23 @@ class Queries:
         return row.tpid
 
     def _epoch_row(self, tpid: bytes, epoch: int) -> EpochRow | None:
-        raw = self.kv.get(K.EPOCHS, K.epoch_prefix(tpid, epoch))
+        return self._epoch_row_at(K.epoch_prefix(tpid, epoch))
+
+    def _epoch_row_at(self, prefix: bytes) -> EpochRow | None:
+        raw = self.kv.get(K.EPOCHS, prefix)
         return None if raw is None else EpochRow.unpack(raw)
+
+    def _floor(self, prefix: bytes, offset: int, er: EpochRow | None) -> Item | None:
+        """The offset index's floor entry of ``offset`` in the epoch of ``prefix``. Offsets below the
+        epoch's first entry are answered from the epoch row, without a seek through deleted entries."""
+        if er is None or er.first_key is None or offset < er.first_key:
+            return None
+        return self.kv.floor(K.OFFSETS, prefix + K.offset_bytes(offset), prefix)
 
     def _lookup(self, tpid: bytes, epoch: int, offset: int, er: EpochRow | None) -> tuple[bytes, RefEntry] | None:
         """Kafka's remoteLogSegmentMetadata(epoch, offset) on the offset index: the floor entry, if the
-        offset is within that segment's part of the epoch. Offsets below the epoch's first entry are
-        answered from the epoch row, without a seek through deleted entries."""
-        if er is None or er.first_key is None or offset < er.first_key:
-            return None
-        item = self.kv.floor(K.OFFSETS, K.offset_key(tpid, epoch, offset), K.epoch_prefix(tpid, epoch))
+        offset is within that segment's part of the epoch."""
+        item = self._floor(K.epoch_prefix(tpid, epoch), offset, er)
         if item is None:
             return None
         entry = RefEntry.unpack(item[1])
@@ -62,6 +72,41 @@ class Queries:
         tpid = self._ready_tpid(tp)
         found = self._lookup(tpid, epoch, offset, self._epoch_row(tpid, epoch))
         return None if found is None else decode_segment(found[1].value)
+
+    def remote_log_segment_values(self, partitions: Sequence[TopicIdPartition],
+                                  lookups: Sequence[tuple[int, int, int]]) -> list[bytes | None | KafkaStateError]:
+        """``remote_log_segment_metadata`` of each (index in ``partitions``, leader epoch, offset), a
+        segment as its topic value (undecoded) and a failing lookup as its partition's error. Each
+        partition is checked once; the floor entries come from the offset cache when there is one
+        (seeks otherwise)."""
+        tpids = [self._ready_tpid_or_error(tp) for tp in partitions]
+        answers: list = [tpids[p] for p, _, _ in lookups]
+        epoch_prefix = K.epoch_prefix
+        asked = [i for i, tpid in enumerate(answers) if type(tpid) is bytes]
+        asks = [(epoch_prefix(answers[i], lookups[i][1]), lookups[i][2]) for i in asked]
+        entries = None if self.offset_cache is None else self.offset_cache.floor_entries(asks)
+        if entries is None:
+            entries = self._floor_entries(asks)
+        for i, (_, offset), raw in zip(asked, asks, entries):
+            answers[i] = None if raw is None or offset > ref_epoch_end(raw) else ref_value(raw)
+        return answers
+
+    def _ready_tpid_or_error(self, tp: TopicIdPartition) -> bytes | KafkaStateError:
+        try:
+            return self._ready_tpid(tp)
+        except KafkaStateError as exc:
+            return exc
+
+    def _floor_entries(self, asks: Sequence[tuple[bytes, int]]) -> list[bytes | None]:
+        """The raw floor entry of each (epoch prefix, offset), by seeks; each epoch row is read once."""
+        rows: dict[bytes, EpochRow | None] = {}
+        entries: list[bytes | None] = []
+        for prefix, offset in asks:
+            if prefix not in rows:
+                rows[prefix] = self._epoch_row_at(prefix)
+            item = self._floor(prefix, offset, rows[prefix])
+            entries.append(None if item is None else item[1])
+        return entries
 
     def highest_offset_for_epoch(self, tp: TopicIdPartition, epoch: int) -> int | None:
         er = self._epoch_row(self._ready_tpid(tp), epoch)

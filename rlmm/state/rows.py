@@ -133,6 +133,19 @@ class RefEntry:
         segment_id, epoch_end, end_offset, txn_index_empty, size = _REF_ENTRY.unpack_from(data)
         return cls(segment_id, epoch_end, end_offset, txn_index_empty, size, data[_REF_ENTRY.size:])
 
+_REF_EPOCH_END: Final = struct.Struct(">16xq")  # after the segment id
+
+
+def ref_epoch_end(data: bytes) -> int:
+    """``epoch_end`` of a packed RefEntry, without unpacking the rest."""
+    return _REF_EPOCH_END.unpack_from(data)[0]
+
+
+def ref_value(data: bytes) -> bytes:
+    """``value`` of a packed RefEntry, without unpacking the rest."""
+    return data[_REF_ENTRY.size:]
+
+
 _MEMBERSHIP: Final = struct.Struct(">iB")
 
 

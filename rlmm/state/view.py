@@ -25,6 +25,7 @@ from rlmm.state import keys as K
 from rlmm.state.cache import CachedReadKV
 from rlmm.state.kv import StagedKV, scan
 from rlmm.state.machine import StateMachine
+from rlmm.state.offset_cache import OffsetCache
 from rlmm.state.queries import Queries
 from rlmm.state.results import ApplyResult
 from rlmm.state.rows import EpochRow, PartitionRow
@@ -32,6 +33,7 @@ from rlmm.state.rocks import RocksKV
 
 SCHEMA_VERSION: Final = 1
 EPOCH_CACHE_LIMIT: Final = 100_000
+OFFSET_CACHE_LIMIT: Final = 4_000_000  # what batch lookups hold in memory, in start offsets (8 bytes): 32 MB
 _HEADER_LEN: Final = struct.Struct(">H")
 CONSUMER_STATE_PREFIX: Final = b"consumer:"  # meta keys owned by the consumer
 
@@ -109,21 +111,23 @@ class Batch:
 
 
 class View:
-    def __init__(self, path: str | Path, *, sync: bool = False, cache_mb: int = 32, write_buffer_mb: int = 32,
-                 read_only: bool = False) -> None:
-        """``read_only`` opens an existing view beside the process that writes it (operations tools)."""
+    def __init__(self, path: str | Path, *, sync: bool = False, cache_mb: int = 32, row_cache_mb: int = 0,
+                 write_buffer_mb: int = 32, read_only: bool = False) -> None:
+        """``read_only`` opens an existing view beside the process that writes it (operations tools);
+        ``row_cache_mb`` caches the offset index entries that batch lookups read."""
         self.path = Path(path)
         if read_only and not (self.path / "CURRENT").is_file():
             raise ValueError(f"no view at {self.path}")
         self.path.mkdir(parents=True, exist_ok=True)
-        self._kv = RocksKV(self.path, cache_mb=cache_mb, write_buffer_mb=write_buffer_mb, sync=sync,
-                           read_only=read_only)
+        self._kv = RocksKV(self.path, cache_mb=cache_mb, row_cache_mb=row_cache_mb, write_buffer_mb=write_buffer_mb,
+                           sync=sync, read_only=read_only)
         self._write_lock = threading.Lock()
         # partition and epoch rows, kept across batches: this view is their only writer
         self._row_cache: dict[TopicIdPartition, PartitionRow] = {}
         self._epoch_cache: dict[bytes, EpochRow] = {}
         self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS))
-        self.queries = Queries(self._read_cache)
+        self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT)
+        self.queries = Queries(self._read_cache, self._offset_cache)
         self._check_schema()
 
     def _check_schema(self) -> None:
@@ -165,12 +169,14 @@ class View:
                 key = b"count:" + name.encode()
                 raw = self._kv.get(K.META, key)
                 batch.stage.put(K.META, key, K.offset_bytes((0 if raw is None else K.read_offset(raw, 0)) + count))
+            self._offset_cache.committing(batch.stage)
             try:
                 self._kv.commit(batch.stage)
             except BaseException:
                 self._drop_caches()
                 raise
             self._read_cache.committed(batch.stage)
+            self._offset_cache.committed(batch.stage)
             if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
                 self._epoch_cache.clear()
 
@@ -178,6 +184,7 @@ class View:
         self._row_cache.clear()
         self._epoch_cache.clear()
         self._read_cache.clear()
+        self._offset_cache.clear()
 
     def metadata_offsets(self) -> dict[int, int]:
         """Last consumed offset per metadata partition."""

@@ -24,10 +24,12 @@ class RemoteLogSegmentMetadataResponse(_message.Message):
     def __init__(self, remote_log_segment_metadata: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]] = ...) -> None: ...
 
 class BatchRemoteLogSegmentMetadataRequest(_message.Message):
-    __slots__ = ("lookups",)
+    __slots__ = ("lookups", "kafka_values")
     LOOKUPS_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_VALUES_FIELD_NUMBER: _ClassVar[int]
     lookups: _containers.RepeatedCompositeFieldContainer[RemoteLogSegmentMetadataRequest]
-    def __init__(self, lookups: _Optional[_Iterable[_Union[RemoteLogSegmentMetadataRequest, _Mapping]]] = ...) -> None: ...
+    kafka_values: bool
+    def __init__(self, lookups: _Optional[_Iterable[_Union[RemoteLogSegmentMetadataRequest, _Mapping]]] = ..., kafka_values: _Optional[bool] = ...) -> None: ...
 
 class BatchRemoteLogSegmentMetadataResponse(_message.Message):
     __slots__ = ("results",)
@@ -36,12 +38,14 @@ class BatchRemoteLogSegmentMetadataResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[LookupResult, _Mapping]]] = ...) -> None: ...
 
 class LookupResult(_message.Message):
-    __slots__ = ("remote_log_segment_metadata", "error")
+    __slots__ = ("remote_log_segment_metadata", "error", "kafka_value")
     REMOTE_LOG_SEGMENT_METADATA_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_VALUE_FIELD_NUMBER: _ClassVar[int]
     remote_log_segment_metadata: _metadata_pb2.RemoteLogSegmentMetadata
     error: LookupError
-    def __init__(self, remote_log_segment_metadata: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]] = ..., error: _Optional[_Union[LookupError, _Mapping]] = ...) -> None: ...
+    kafka_value: bytes
+    def __init__(self, remote_log_segment_metadata: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]] = ..., error: _Optional[_Union[LookupError, _Mapping]] = ..., kafka_value: _Optional[bytes] = ...) -> None: ...
 
 class LookupError(_message.Message):
     __slots__ = ("code", "message", "kafka_exception")

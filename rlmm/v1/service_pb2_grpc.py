@@ -121,7 +121,9 @@ class RemoteLogMetadataServiceServicer:
 
     def BatchRemoteLogSegmentMetadata(self, request, context):
         """Many lookups in one call, for fetchers: each answered as RemoteLogSegmentMetadata would, in
-        request order. A partition that is unknown or not ready fails its own lookups only.
+        request order. A partition that is unknown or not ready fails its own lookups only. With
+        `kafka_values`, found segments come as Kafka's own serialized record, which the server copies
+        from its view instead of building a message: the fastest way to look segments up.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

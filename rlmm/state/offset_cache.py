@@ -1,0 +1,146 @@
+"""The start offsets of epochs' offset indexes, in memory, for batch lookups.
+
+A lookup's floor key is then found with a bisection instead of a RocksDB seek, and the entries of a
+whole batch are read with one multi-get. Each epoch's sorted start offsets are read through from the
+``OFFSETS`` column family on first use and kept current by the view's writer, which reports every
+commit that changes the offset index twice: before writing it (``committing``) and after
+(``committed``). The generation number is odd in between, so a reader that finds it unchanged after
+its multi-get knows that its start offsets and the entries it read belong to one committed state.
+
+Memory is bounded by ``limit`` weights of 8 bytes: one per start offset and ``EPOCH_WEIGHT`` per
+epoch held (its array, key and dict slot). The epochs loaded first are dropped first; an epoch that
+weighs more than the limit is never held and its lookups use seeks.
+"""
+
+from __future__ import annotations
+
+import threading
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from itertools import islice
+
+from rlmm.state import keys as K
+from rlmm.state.kv import StagedKV
+from rlmm.state.rocks import RocksKV
+
+EPOCH_WEIGHT = 19  # the ~150 bytes of an epoch's array, key and dict slot, in start offsets
+
+
+class OffsetCache:
+    def __init__(self, base: RocksKV, limit: int) -> None:
+        self.base = base
+        self.limit = limit
+        self._starts: dict[bytes, array] = {}  # epoch prefix -> sorted start offsets
+        self._weight = 0
+        self._oversized: set[bytes] = set()  # epoch prefixes weighing more than ``limit``
+        self._lock = threading.Lock()
+        self._generation = 0  # odd while a commit that changes the offset index is being written
+
+    def floor_entries(self, lookups: Sequence[tuple[bytes, int]]) -> list[bytes | None] | None:
+        """The raw offset index entry at the floor key of each (epoch prefix, offset), None where the
+        epoch has no entry at or below the offset; None for the whole batch when a commit overlapped
+        the reads or an epoch is too large to hold (the caller then seeks)."""
+        generation = self._generation
+        if generation & 1:
+            return None
+        cached = self._starts
+        keys: list[bytes] = []
+        append, pack = keys.append, K.offset_bytes
+        try:
+            for prefix, offset in lookups:
+                starts = cached.get(prefix)
+                if starts is None:
+                    starts = self._load(prefix, generation)
+                    if starts is None:
+                        return None
+                at = bisect_right(starts, offset)
+                append(prefix + pack(starts[at - 1]) if at else prefix)  # a bare prefix is no key: None
+        except IndexError:  # a commit shrank an epoch between the bisection and the read
+            return None
+        values = self.base.get_many(K.OFFSETS, keys)
+        return values if self._generation == generation else None
+
+    def _load(self, prefix: bytes, generation: int) -> array | None:
+        """Read an epoch's start offsets; kept if no commit changed the offset index meanwhile."""
+        if prefix in self._oversized:
+            return None
+        entries = islice(self.base.iter_from(K.OFFSETS, prefix, prefix), max(self.limit - EPOCH_WEIGHT + 1, 0))
+        starts = array("q", [K.read_offset(key, K.EPOCH_PREFIX_LEN) for key, _ in entries])
+        with self._lock:
+            if _weight(starts) > self.limit:
+                if generation == self._generation:
+                    self._oversized.add(prefix)
+                return None
+            if generation != self._generation:
+                return starts
+            if prefix in self._starts:  # another reader loaded it meanwhile
+                return self._starts[prefix]
+            self._make_room(_weight(starts))
+            self._starts[prefix] = starts
+            self._weight += _weight(starts)
+        return starts
+
+    def _make_room(self, needed: int) -> None:
+        while self._starts and self._weight + needed > self.limit:
+            oldest = next(iter(self._starts))
+            self._weight -= _weight(self._starts.pop(oldest))
+
+    def committing(self, stage: StagedKV) -> None:
+        """The base is about to write ``stage``."""
+        if _changes_offsets(stage):
+            with self._lock:
+                self._generation += 1
+
+    def committed(self, stage: StagedKV) -> None:
+        """The base has written ``stage``: apply its changes to the held epochs."""
+        if not _changes_offsets(stage):
+            return
+        with self._lock:
+            for prefix in stage.deleted_prefixes.get(K.OFFSETS, ()):
+                self._forget(prefix)
+            if self._starts:  # nothing to update while no epoch is held (a view that only applies)
+                for key, value in stage.pending.get(K.OFFSETS, {}).items():
+                    starts = self._starts.get(key[:K.EPOCH_PREFIX_LEN])
+                    if starts is not None:
+                        self._weight += _update(starts, K.read_offset(key, K.EPOCH_PREFIX_LEN), value is not None)
+            self._make_room(0)
+            self._generation += 1
+
+    def _forget(self, prefix: bytes) -> None:
+        """Drop the epochs that a range deletion of ``prefix`` touches."""
+        for epoch in [epoch for epoch in self._starts if _overlap(epoch, prefix)]:
+            self._weight -= _weight(self._starts.pop(epoch))
+        self._oversized = {epoch for epoch in self._oversized if not _overlap(epoch, prefix)}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._starts.clear()
+            self._oversized.clear()
+            self._weight = 0
+            self._generation = (self._generation + 2) & ~1
+
+
+def _changes_offsets(stage: StagedKV) -> bool:
+    return bool(stage.pending.get(K.OFFSETS) or stage.deleted_prefixes.get(K.OFFSETS))
+
+
+def _weight(starts: array) -> int:
+    return len(starts) + EPOCH_WEIGHT
+
+
+def _overlap(epoch: bytes, prefix: bytes) -> bool:
+    return epoch.startswith(prefix) or prefix.startswith(epoch)
+
+
+def _update(starts: array, start: int, present: bool) -> int:
+    """Add or remove ``start``; how many entries that added (-1, 0 or 1)."""
+    at = bisect_left(starts, start)
+    found = at < len(starts) and starts[at] == start
+    if present and not found:
+        starts.insert(at, start)
+        return 1
+    if found and not present:
+        del starts[at]
+        return -1
+    return 0

@@ -1,0 +1,110 @@
+"""BatchRemoteLogSegmentMetadata with ``kafka_values``, over a live server: every found segment comes as
+Kafka's bytes of the segment the message answer holds, everything else (not found, a partition's
+error, a malformed request) is answered alike, and the typed client returns the same records either
+way, the view's own answers."""
+
+from __future__ import annotations
+
+import os
+
+import grpc
+import pytest
+
+from rlmm.client import RlmmError
+from rlmm.records.model import SegmentMetadata, SegmentState
+from rlmm.records.serde import decode_value, encode_value
+from rlmm.server import convert
+from rlmm.state.errors import KafkaStateError
+from rlmm.state.view import View
+from rlmm.v1 import service_pb2 as api
+from tests.grpc_support import TS, client, fill_view, new_tp, running_server, segment, stub
+
+TP, LOADING, UNKNOWN = new_tp("batch-values"), new_tp("batch-values", 1), new_tp("batch-values", 2)
+SEGMENTS = [segment(TP, 0, 99), segment(TP, 100, 199, txn_empty=False, custom=b"\x00rsm"),
+            segment(TP, 200, 299, epoch=1),
+            SegmentMetadata(TP, os.urandom(16), 300, 399, 2, TS + 399, TS, ((1, 300), (2, 350)), 4096, b"",
+                            SegmentState.COPY_SEGMENT_STARTED)]
+LOOKUPS = [(tp, epoch, offset) for tp in (TP, LOADING, UNKNOWN) for epoch in (0, 1, 2, 3)
+           for offset in (0, 50, 99, 100, 150, 250, 320, 349, 350, 399, 400)]
+
+
+@pytest.fixture(scope="module")
+def served_view(tmp_path_factory):
+    with View(tmp_path_factory.mktemp("grpc-batch") / "view") as view:
+        fill_view(view, TP, SEGMENTS)
+        fill_view(view, LOADING, [segment(LOADING, 0, 99)], ready=False)
+        with running_server(view) as server:
+            yield server, view
+
+
+def _request(kafka_values: bool, lookups=LOOKUPS) -> api.BatchRemoteLogSegmentMetadataRequest:
+    return api.BatchRemoteLogSegmentMetadataRequest(
+        lookups=[api.RemoteLogSegmentMetadataRequest(topic_id_partition=convert.topic_id_partition_pb(tp),
+                                                     leader_epoch=epoch, offset=offset)
+                 for tp, epoch, offset in lookups], kafka_values=kafka_values)
+
+
+def test_kafka_values_are_the_segments_of_the_messages(served_view) -> None:
+    server, view = served_view
+    channel, raw = stub(server)
+    with channel:
+        messages = raw.BatchRemoteLogSegmentMetadata(_request(False)).results
+        values = raw.BatchRemoteLogSegmentMetadata(_request(True)).results
+    kinds = [m.WhichOneof("result") for m in messages]
+    assert [v.WhichOneof("result") for v in values] == \
+        ["kafka_value" if kind == "remote_log_segment_metadata" else kind for kind in kinds]
+    assert set(kinds) == {"remote_log_segment_metadata", "error", None}
+    assert {m.error.kafka_exception for m in messages if m.HasField("error")} == \
+        {"RemoteResourceNotFoundException", "ReplicaNotAvailableException"}
+    for lookup, message, value in zip(LOOKUPS, messages, values):
+        if message.HasField("remote_log_segment_metadata"):
+            found = decode_value(value.kafka_value)
+            assert found == convert.segment_metadata_from_pb(message.remote_log_segment_metadata)
+            assert found == view.queries.remote_log_segment_metadata(*lookup)
+            assert encode_value(found) == value.kafka_value  # Kafka's serialization of the segment
+        elif message.HasField("error"):
+            assert value.error == message.error
+    found = {decode_value(v.kafka_value).segment_id for v in values if v.HasField("kafka_value")}
+    assert found == {s.segment_id for s in SEGMENTS}
+
+
+def _ask_view(view: View, lookup):
+    try:
+        return view.queries.remote_log_segment_metadata(*lookup)
+    except KafkaStateError as exc:
+        return exc
+
+
+def test_the_client_answers_the_same_in_both_modes(served_view) -> None:
+    server, view = served_view
+    with client(server) as rlmm:
+        plain = rlmm.remote_log_segment_metadata_batch(LOOKUPS, kafka_values=False)
+        values = rlmm.remote_log_segment_metadata_batch(LOOKUPS)
+        assert rlmm.remote_log_segment_metadata_batch([]) == []
+    assert [type(a) for a in values] == [type(a) for a in plain]
+    assert [_describe(a) for a in values] == [_describe(a) for a in plain] == \
+        [_describe(_ask_view(view, lookup)) for lookup in LOOKUPS]
+
+
+def _describe(answer) -> object:
+    """A segment or None as it is, an error as what it says and the Kafka exception it stands for."""
+    if isinstance(answer, RlmmError):
+        return answer.message, answer.kafka_exception
+    if isinstance(answer, KafkaStateError):
+        return str(answer), answer.kafka_name
+    return answer
+
+
+@pytest.mark.parametrize("lookups, problem", [
+    ([(TP, 0, 5), (TP, -1, 5)], "lookups[1].leader_epoch: must not be negative"),
+    ([(TP, 0, -5)], "lookups[0].offset: must not be negative"),
+])
+def test_malformed_requests_are_refused_alike(served_view, lookups, problem) -> None:
+    server, _ = served_view
+    channel, raw = stub(server)
+    with channel:
+        for kafka_values in (False, True):
+            with pytest.raises(grpc.RpcError) as failed:
+                raw.BatchRemoteLogSegmentMetadata(_request(kafka_values, lookups))
+            assert failed.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert problem in failed.value.details()

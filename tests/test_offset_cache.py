@@ -1,0 +1,245 @@
+"""Batch lookups through the offset cache answer exactly as single lookups: across commits that add,
+replace and drop entries, when a partition's data is dropped and comes back, with a cache too small
+for every epoch (whose weight stays within its limit), and whenever a commit lands during a batch's
+reads or an epoch's loading, between a commit's write and its cache update, or while a writer commits
+concurrently."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from rlmm.records.model import SegmentState, SegmentUpdate
+from rlmm.records.serde import encode_value
+from rlmm.state import keys as K
+from rlmm.state import offset_cache
+from rlmm.state import view as view_module
+from rlmm.state.errors import KafkaStateError
+from rlmm.state.offset_cache import EPOCH_WEIGHT
+from rlmm.state.view import View
+from tests.grpc_support import TS, fill_view, finished, new_tp, segment
+
+TP = new_tp("offset-cache")
+
+
+class Intercepted:
+    """The view's RocksKV with some methods replaced (a compiled class refuses patched methods)."""
+
+    def __init__(self, kv, **methods) -> None:
+        self._kv = kv
+        self.__dict__.update(methods)
+
+    def __getattr__(self, name: str):
+        return getattr(self._kv, name)
+
+
+def lookups(epochs: int, last_offset: int, step: int = 7) -> list[tuple[int, int, int]]:
+    return [(0, epoch, offset) for epoch in range(epochs) for offset in range(0, last_offset + 2, step)]
+
+
+def batch(view: View, asked: list[tuple[int, int, int]]) -> list:
+    return [a if a is None or isinstance(a, bytes) else a.kafka_name
+            for a in view.queries.remote_log_segment_values([TP], asked)]
+
+
+def single(view: View, asked: list[tuple[int, int, int]]) -> list:
+    answers = []
+    for _, epoch, offset in asked:
+        try:
+            found = view.queries.remote_log_segment_metadata(TP, epoch, offset)
+        except KafkaStateError as exc:
+            answers.append(exc.kafka_name)
+        else:
+            answers.append(None if found is None else encode_value(found))
+    return answers
+
+
+def apply(view: View, *records) -> None:
+    offset = max(view.metadata_offsets().get(0, -1) + 1, 0)
+    with view.batch() as b:
+        for i, record in enumerate(records):
+            b.apply(0, offset + i, encode_value(record))
+
+
+def test_commits_keep_the_cache_current(tmp_path: Path) -> None:
+    asked = lookups(3, 400)
+    with View(tmp_path / "view") as view:
+        first = [segment(TP, i * 50, i * 50 + 49, epoch=i % 3) for i in range(6)]
+        fill_view(view, TP, first)
+        assert batch(view, asked) == single(view, asked)
+        replacing = segment(TP, 0, 120)  # same start: replaces the first entry of epoch 0, evicts others
+        apply(view, replacing, finished(replacing))
+        later = segment(TP, 300, 349, epoch=1)
+        apply(view, later, finished(later))
+        assert batch(view, asked) == single(view, asked)
+        gone = first[1]
+        apply(view, SegmentUpdate(TP, gone.segment_id, 1, TS, None, SegmentState.DELETE_SEGMENT_STARTED))
+        assert batch(view, asked) == single(view, asked)
+
+
+def test_a_partition_dropped_and_registered_again(tmp_path: Path) -> None:
+    asked = lookups(2, 300)
+    with View(tmp_path / "view") as view:
+        fill_view(view, TP, [segment(TP, 50, 99), segment(TP, 100, 199, epoch=1)])
+        assert batch(view, asked) == single(view, asked)
+        with view.batch() as b:
+            b.unassign(TP)
+        assert set(batch(view, asked)) == {"RemoteResourceNotFoundException"}
+        fill_view(view, TP, [segment(TP, 10, 99), segment(TP, 90, 249, epoch=1)])  # earlier starts than before
+        assert batch(view, asked) == single(view, asked)
+
+
+def test_a_small_cache_evicts_and_seeks_past_its_limit(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(view_module, "OFFSET_CACHE_LIMIT", 2 * EPOCH_WEIGHT + 10)
+    asked = lookups(4, 3_000, step=13)
+    with View(tmp_path / "view") as view:
+        sizes = {0: 2, 1: 3, 2: 8, 3: EPOCH_WEIGHT + 11}  # epoch 3 weighs more than the whole cache
+        start, segments = 0, []
+        for epoch, count in sizes.items():
+            for _ in range(count):
+                segments.append(segment(TP, start, start + 49, epoch=epoch))
+                start += 50
+        fill_view(view, TP, segments)
+        cache = view.queries.offset_cache
+        for epochs in ([0, 1], [1, 2], [2, 0], [3], [0, 1, 2, 3]):
+            some = [lookup for lookup in asked if lookup[1] in epochs]
+            assert batch(view, some) == single(view, some)
+            held = [len(starts) + EPOCH_WEIGHT for starts in cache._starts.values()]
+            assert cache._weight == sum(held) <= cache.limit
+        more = segment(TP, start, start + 49, epoch=2)
+        apply(view, more, finished(more))
+        assert batch(view, asked) == single(view, asked)
+        assert cache._weight == sum(len(starts) + EPOCH_WEIGHT for starts in cache._starts.values()) <= cache.limit
+
+
+def test_an_epoch_two_readers_load_at_once_is_held_once(tmp_path: Path) -> None:
+    with View(tmp_path / "view") as view:
+        fill_view(view, TP, [segment(TP, 0, 99), segment(TP, 100, 199)])
+        cache = view.queries.offset_cache
+        prefix = K.epoch_prefix(view.queries.partition_row(TP).tpid, 0)
+        first = cache._load(prefix, cache._generation)  # both readers missed it in the cache
+        assert cache._load(prefix, cache._generation) is first
+        assert cache._weight == len(first) + EPOCH_WEIGHT
+
+
+def test_an_epoch_shrinking_under_a_bisection_sends_the_batch_to_seeks(tmp_path: Path, monkeypatch) -> None:
+    asked = [(0, 0, 50)]
+    with View(tmp_path / "view") as view:
+        fill_view(view, TP, [segment(TP, 0, 99)])
+        assert batch(view, asked) == single(view, asked)
+        bisect = offset_cache.bisect_right
+
+        def bisect_then_shrink(starts, offset):  # as a commit that removes the epoch's entry right then
+            at = bisect(starts, offset)
+            del starts[:]
+            return at
+
+        monkeypatch.setattr(offset_cache, "bisect_right", bisect_then_shrink)
+        assert batch(view, asked) == single(view, asked) != [None]
+
+
+def test_a_commit_during_the_reads_sends_the_batch_to_seeks(tmp_path: Path) -> None:
+    asked = lookups(1, 300)
+    with View(tmp_path / "view") as view:
+        fill_view(view, TP, [segment(TP, 0, 99)])
+        assert batch(view, asked) == single(view, asked)
+        cache = view.queries.offset_cache
+        base = cache.base
+        landing = segment(TP, 100, 199)
+
+        def read_while_committing(cf, keys):
+            values = base.get_many(cf, keys)
+            cache.base = base
+            apply(view, landing, finished(landing))
+            return values
+
+        cache.base = Intercepted(base, get_many=read_while_committing)
+        answers = batch(view, asked)
+        assert cache.base is base
+        assert answers == single(view, asked)
+        assert answers[asked.index((0, 0, 140))] is not None
+        assert batch(view, asked) == single(view, asked)
+
+
+def test_a_batch_between_a_commits_write_and_its_cache_update_reads_the_written_state(tmp_path: Path) -> None:
+    asked = lookups(1, 300)
+    with View(tmp_path / "view") as view:
+        fill_view(view, TP, [segment(TP, 0, 99)])
+        assert batch(view, asked) == single(view, asked)
+        written, release = threading.Event(), threading.Event()
+        cache = view.queries.offset_cache
+        update = cache.committed
+
+        def pause_then_update(stage) -> None:  # the stage is written, the cache not yet updated
+            written.set()
+            release.wait(10)
+            update(stage)
+
+        cache.committed = pause_then_update
+        landing = segment(TP, 100, 199)
+        writer = threading.Thread(target=apply, args=(view, landing, finished(landing)))
+        writer.start()
+        try:
+            assert written.wait(10)
+            answers, expected = batch(view, asked), single(view, asked)
+        finally:
+            release.set()
+            writer.join(10)
+        assert answers == expected
+        assert answers[asked.index((0, 0, 140))] is not None
+
+
+def test_a_commit_while_an_epoch_loads_keeps_it_out_of_the_cache(tmp_path: Path) -> None:
+    asked = lookups(1, 300)
+    with View(tmp_path / "view") as view:
+        fill_view(view, TP, [segment(TP, 0, 99)])
+        cache = view.queries.offset_cache
+        base = cache.base
+        landing = segment(TP, 100, 199)
+
+        def scan_while_committing(cf, key, prefix):
+            items = base.iter_from(cf, key, prefix)
+            first = next(items)  # the iterator reads the state of this moment
+            cache.base = base
+            apply(view, landing, finished(landing))
+            yield first
+            yield from items
+
+        cache.base = Intercepted(base, iter_from=scan_while_committing)
+        assert batch(view, asked) == single(view, asked)
+        assert cache.base is base
+        assert batch(view, asked) == single(view, asked)
+        assert batch(view, asked)[asked.index((0, 0, 140))] is not None
+
+
+def test_readers_find_every_committed_segment_while_a_writer_commits(tmp_path: Path) -> None:
+    with View(tmp_path / "view") as view:
+        fill_view(view, TP, [])
+        committed = [0]  # segments whose commit has returned
+        failures: list[str] = []
+        done = threading.Event()
+
+        def write() -> None:
+            for i in range(200):
+                seg = segment(TP, i * 10, i * 10 + 9)
+                apply(view, seg, finished(seg))
+                committed[0] = i + 1
+            done.set()
+
+        def read() -> None:
+            while not done.is_set():
+                count = committed[0]
+                asked = [(0, 0, i * 10 + 5) for i in range(count)]
+                missing = [lookup for lookup, answer in zip(asked, batch(view, asked)) if not isinstance(answer, bytes)]
+                if missing:
+                    failures.append(f"{missing[:3]} of {count} committed")
+                    return
+
+        threads = [threading.Thread(target=write)] + [threading.Thread(target=read) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not failures, failures
+        asked = lookups(1, 2_000, step=3)
+        assert batch(view, asked) == single(view, asked)
