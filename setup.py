@@ -5,6 +5,7 @@ RLMM_COMPILE=1 fails without one; RLMM_COMPILE=0 installs the interpreted core o
 same answers (tests/test_compiled_core.py); the compiled one applies records faster.
 """
 
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -31,17 +32,27 @@ def has_c_compiler() -> bool:
     return bool(compiler) and shutil.which(compiler[0]) is not None
 
 
+def remove_compiled(compiled) -> None:
+    """Drop what an earlier compiling install left in this tree, so that the interpreted core runs."""
+    compiled.SOURCES_RECORD.unlink(missing_ok=True)
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        for path in [HERE / f"rlmm_core__mypyc{suffix}"] + [compiled.source_path(name).with_suffix(suffix)
+                                                             for name in compiled.COMPILED_MODULES]:
+            path.unlink(missing_ok=True)
+
+
 def ext_modules() -> list:
     compiled = _compiled_module()
     compiled.SOURCES_RECORD.unlink(missing_ok=True)
     mode = os.environ.get("RLMM_COMPILE", "auto")
     if mode not in ("auto", "0", "1"):
         sys.exit(f"RLMM_COMPILE={mode!r}: use auto, 1 or 0")
-    if mode == "0":
-        return []
     if mode == "auto" and not has_c_compiler():
         print("rlmm: no C compiler found, installing the interpreted core (RLMM_COMPILE=1 requires the compiled one)",
               file=sys.stderr)
+        mode = "0"
+    if mode == "0":
+        remove_compiled(compiled)
         return []
     from mypyc.build import mypycify
 
