@@ -16,6 +16,7 @@ import sysconfig
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).parent
 
@@ -33,12 +34,23 @@ def has_c_compiler() -> bool:
 
 
 def remove_compiled(compiled) -> None:
-    """Drop what an earlier compiling install left in this tree, so that the interpreted core runs."""
-    compiled.SOURCES_RECORD.unlink(missing_ok=True)
+    """Drop the modules an earlier compiling install left in this tree, so that the interpreted core runs."""
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         for path in [HERE / f"rlmm_core__mypyc{suffix}"] + [compiled.source_path(name).with_suffix(suffix)
                                                              for name in compiled.COMPILED_MODULES]:
             path.unlink(missing_ok=True)
+
+
+class BuildExtRecordingSources(build_ext):
+    """Records the digests of the compiled sources once their modules are built: a failed build leaves no
+    record, so the modules of an earlier build are not taken for current (rlmm/compiled.py)."""
+
+    digests: dict[str, str] = {}
+
+    def run(self) -> None:
+        super().run()
+        if self.digests:
+            _compiled_module().SOURCES_RECORD.write_text(json.dumps(self.digests, indent=1))
 
 
 def ext_modules() -> list:
@@ -57,10 +69,9 @@ def ext_modules() -> list:
     from mypyc.build import mypycify
 
     names = compiled.COMPILED_MODULES
-    modules = mypycify([str(compiled.source_path(name).relative_to(HERE.resolve())) for name in names],
-                       opt_level="3", group_name="rlmm_core")
-    compiled.SOURCES_RECORD.write_text(json.dumps({name: compiled.source_digest(name) for name in names}, indent=1))
-    return modules
+    BuildExtRecordingSources.digests = {name: compiled.source_digest(name) for name in names}
+    return mypycify([str(compiled.source_path(name).relative_to(HERE.resolve())) for name in names],
+                    opt_level="3", group_name="rlmm_core")
 
 
-setup(ext_modules=ext_modules())
+setup(ext_modules=ext_modules(), cmdclass={"build_ext": BuildExtRecordingSources})
