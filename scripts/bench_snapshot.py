@@ -62,6 +62,14 @@ def synthetic_states(segments: int, partitions: int = 100) -> list[PartitionStat
     return states
 
 
+def timed_rebuild(spark, out: Path, bootstrap: str, topic: str, say) -> tuple[dict, int, float]:
+    """(manifest, records read, seconds) of one rebuild of the topic."""
+    t0 = time.perf_counter()
+    manifest = build(spark, out, bootstrap=bootstrap, topic=topic, progress=say)
+    seconds = time.perf_counter() - t0
+    return manifest, sum(v + 1 for v in manifest["metadata_offsets"].values()), seconds
+
+
 def serve_until_ready(view_dir: Path, config, partitions) -> None:
     with View(view_dir) as view, RemoteLogMetadataManager(view, config, partitions) as rlmm:
         if not rlmm.consumer.wait_ready(None, timeout=1800):
@@ -93,18 +101,13 @@ def main() -> None:
         result["spark_start_s"] = round(time.perf_counter() - t0, 2)
 
         say("rebuild of the whole topic")
-        t0 = time.perf_counter()
-        manifest = build(spark, tmp / "snap-full", bootstrap=boot, topic="bench-full", progress=say)
-        seconds = time.perf_counter() - t0
-        records = sum(v + 1 for v in manifest["metadata_offsets"].values())
+        manifest, records, seconds = timed_rebuild(spark, tmp / "snap-full", boot, "bench-full", say)
         result.update(rebuild_s=round(seconds, 2), rebuild_records=records,
                       rebuild_events_per_s=round(records / seconds), snapshot_segments=manifest["counts"]["segments"])
 
         say("rebuild of the first 90 %")
-        t0 = time.perf_counter()
-        manifest = build(spark, tmp / "snap-90", bootstrap=boot, topic="bench-partial", progress=say)
-        records = sum(v + 1 for v in manifest["metadata_offsets"].values())
-        result["rebuild_warm_events_per_s"] = round(records / (time.perf_counter() - t0))
+        _, records, seconds = timed_rebuild(spark, tmp / "snap-90", boot, "bench-partial", say)
+        result["rebuild_warm_events_per_s"] = round(records / seconds)
         spark.stop()
 
         t0 = time.perf_counter()
