@@ -8,11 +8,14 @@ fifth with a transaction index) is built once with ``View.batch()`` (no broker) 
 
 * unary ``RemoteLogSegmentMetadata`` at random existing offsets: p50/p99 latency and calls/s with 1 and
   8 concurrent clients, each a process making one call at a time;
-* ``BatchRemoteLogSegmentMetadata``: lookups/s with batches of ``--batch`` random lookups over the whole
-  view (``BATCH_CALLS`` distinct batches per client), found segments answered as Kafka's bytes
-  (``kafka_values``, the fastest mode: ``batch_lookups_per_s``) and as messages
-  (``batch_lookups_per_s_messages``); measured after a lookup of every segment, so that the server's
-  caches are as warm as those of a server that has served fetchers for a while;
+* the unary floor: the standard health service's ``Check`` (no view behind it) on the same server with
+  the same clients, the most a unary call can do with grpcio on this machine (``unary_floor_*``);
+* batch lookups/s with batches of ``--batch`` random lookups over the whole view (``BATCH_CALLS``
+  distinct batches per client): ``ColumnarRemoteLogSegmentMetadata`` (the fastest call:
+  ``batch_lookups_per_s``), ``BatchRemoteLogSegmentMetadata`` with found segments as Kafka's bytes
+  (``batch_lookups_per_s_values``) and as messages (``batch_lookups_per_s_messages``); measured after a
+  lookup of every segment, so that the server's caches are as warm as those of a server that has
+  served fetchers for a while;
 * ``ListRemoteLogSegments`` of a partition of 10,000 segments: time to receive the whole stream.
 
 Clients use the generated stubs directly, so what is measured is the server and the transport.
@@ -46,9 +49,9 @@ TARGETS = {"unary_p99_ms@8": 2.0, "unary_qps": 5_000, "batch_lookups_per_s": 200
 # distinct batches per client: enough random lookups that caches see the whole view, not a few thousand
 # segments asked again and again
 BATCH_CALLS = 500
-# report key -> kafka_values of the requests: the fastest mode the API offers first, then found
-# segments as messages
-BATCH_MODES = {"batch_lookups_per_s": True, "batch_lookups_per_s_messages": False}
+# report key -> how batch lookups are asked: the fastest call the API offers first
+BATCH_MODES = {"batch_lookups_per_s": "columns", "batch_lookups_per_s_values": "kafka_values",
+               "batch_lookups_per_s_messages": "messages"}
 
 
 def partition(i: int) -> TopicIdPartition:
@@ -110,37 +113,56 @@ def _request(rng: random.Random, per_partition: int):
                                                offset=j * SEGMENT_OFFSETS + rng.randrange(SEGMENT_OFFSETS))
 
 
-def _stub(port: int):
+def _stub(port: int, service=None):
+    """A stub of ``service`` (default: rlmm's) on a new channel."""
     import grpc
 
     from rlmm.v1 import service_pb2_grpc
 
-    return service_pb2_grpc.RemoteLogMetadataServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+    stub = service or service_pb2_grpc.RemoteLogMetadataServiceStub
+    return stub(grpc.insecure_channel(f"127.0.0.1:{port}"))
 
 
-def unary_client(port: int, per_partition: int, seed: int, go, seconds: float, results) -> None:
-    """One call at a time for ``seconds`` after ``go``; sends back every call's latency."""
+def unary_client(port: int, per_partition: int, seed: int, go, seconds: float, floor: bool, results) -> None:
+    """One call at a time for ``seconds`` after ``go``; sends back every call's latency. ``floor``: call
+    the health service's Check instead of RemoteLogSegmentMetadata."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     rng = random.Random(seed)
-    stub = _stub(port)
-    requests = [_request(rng, per_partition) for _ in range(2_000)]
-    for request in requests[:200]:  # connect and warm up
-        assert stub.RemoteLogSegmentMetadata(request).HasField("remote_log_segment_metadata")
+    if floor:
+        call, requests = _stub(port, health_pb2_grpc.HealthStub).Check, [health_pb2.HealthCheckRequest()]
+        assert call(requests[0]).status == health_pb2.HealthCheckResponse.SERVING
+    else:
+        call, requests = _stub(port).RemoteLogSegmentMetadata, [_request(rng, per_partition) for _ in range(2_000)]
+        for request in requests[:200]:  # connect and warm up
+            assert call(request).HasField("remote_log_segment_metadata")
+    for _ in range(200):
+        call(requests[0])
     go.wait()
     latencies = []
     clock = time.perf_counter
     end = clock() + seconds
     n = 0
     while (start := clock()) < end:
-        stub.RemoteLogSegmentMetadata(requests[n % len(requests)])
+        call(requests[n % len(requests)])
         latencies.append(clock() - start)
         n += 1
     results.put(latencies)
 
 
-def batch_client(port: int, per_partition: int, seed: int, go, seconds: float, batch: int, kafka_values: bool,
+def _columns(lookups):
+    from rlmm.v1 import service_pb2 as api
+
+    return api.ColumnarRemoteLogSegmentMetadataRequest(
+        partitions=[_partition_pb(i) for i in range(PARTITIONS)],
+        partition_indexes=[lookup.topic_id_partition.partition for lookup in lookups],
+        leader_epochs=[lookup.leader_epoch for lookup in lookups], offsets=[lookup.offset for lookup in lookups])
+
+
+def batch_client(port: int, per_partition: int, seed: int, go, seconds: float, batch: int, mode: str,
                  results) -> None:
-    """Batches of random lookups, one call at a time; every answer is received and parsed (a found
-    segment as a message, or as Kafka's bytes with ``kafka_values``)."""
+    """Batches of random lookups, one call at a time, asked as ``mode`` says (see ``BATCH_MODES``); every
+    answer is received and parsed."""
     from rlmm.records.serde import decode_value
     from rlmm.server.convert import segment_metadata_from_pb
     from rlmm.v1 import service_pb2 as api
@@ -148,19 +170,27 @@ def batch_client(port: int, per_partition: int, seed: int, go, seconds: float, b
     rng = random.Random(seed)
     stub = _stub(port)
     lookups = [[_request(rng, per_partition) for _ in range(batch)] for _ in range(BATCH_CALLS)]
-    requests = [api.BatchRemoteLogSegmentMetadataRequest(lookups=batch_lookups, kafka_values=kafka_values)
-                for batch_lookups in lookups]
-    answer = stub.BatchRemoteLogSegmentMetadata(requests[0])
-    assert all(r.HasField("kafka_value" if kafka_values else "remote_log_segment_metadata") for r in answer.results)
-    if kafka_values:  # the same segments as the messages
-        messages = stub.BatchRemoteLogSegmentMetadata(api.BatchRemoteLogSegmentMetadataRequest(lookups=lookups[0]))
-        assert [decode_value(r.kafka_value) for r in answer.results] == \
-            [segment_metadata_from_pb(r.remote_log_segment_metadata) for r in messages.results]
+    if mode == "columns":
+        call, requests = stub.ColumnarRemoteLogSegmentMetadata, [_columns(one) for one in lookups]
+        answers = lambda response: response.kafka_values  # noqa: E731
+    else:
+        call, answers = stub.BatchRemoteLogSegmentMetadata, lambda response: response.results  # noqa: E731
+        requests = [api.BatchRemoteLogSegmentMetadataRequest(lookups=one, kafka_values=mode == "kafka_values")
+                    for one in lookups]
+    # every lookup finds its segment, the same in every mode
+    messages = stub.BatchRemoteLogSegmentMetadata(api.BatchRemoteLogSegmentMetadataRequest(lookups=lookups[0]))
+    expected = [segment_metadata_from_pb(r.remote_log_segment_metadata) for r in messages.results]
+    found = answers(call(requests[0]))
+    if mode == "columns":
+        assert [decode_value(value) for value in found] == expected
+    elif mode == "kafka_values":
+        assert [decode_value(r.kafka_value) for r in found] == expected
+    assert None not in expected and len(found) == batch
     go.wait()
     end = time.perf_counter() + seconds
     lookups_done = n = 0
     while time.perf_counter() < end:
-        lookups_done += len(stub.BatchRemoteLogSegmentMetadata(requests[n % len(requests)]).results)
+        lookups_done += len(answers(call(requests[n % len(requests)])))
         n += 1
     results.put((lookups_done, time.perf_counter() - end + seconds))
 
@@ -251,25 +281,27 @@ def main() -> None:
         log(f"built in {time.perf_counter() - started:.0f} s")
     server, port = serve(view_dir, args.cache_mb, args.row_cache_mb)
     try:
-        report: dict = {"segments": args.segments, "cache_mb": args.cache_mb, "row_cache_mb": args.row_cache_mb,
-                        "unary_p50_ms": {}, "unary_p99_ms": {}, "unary_qps": {}}
-        for clients in (1, 8):
-            runs = run_clients(unary_client, clients, (port, per_partition, args.seconds))
-            latencies = sorted(x for run in runs for x in run)
-            report["unary_p50_ms"][str(clients)] = round(_percentile(latencies, 0.5) * 1000, 3)
-            report["unary_p99_ms"][str(clients)] = round(_percentile(latencies, 0.99) * 1000, 3)
-            report["unary_qps"][str(clients)] = round(len(latencies) / args.seconds)
-            log(f"unary, {clients} client(s): {report['unary_qps'][str(clients)]} calls/s, "
-                f"p50 {report['unary_p50_ms'][str(clients)]} ms, p99 {report['unary_p99_ms'][str(clients)]} ms")
+        report: dict = {"segments": args.segments, "cache_mb": args.cache_mb, "row_cache_mb": args.row_cache_mb}
+        for prefix, floor in (("unary", False), ("unary_floor", True)):
+            for name in ("p50_ms", "p99_ms", "qps"):
+                report[f"{prefix}_{name}"] = {}
+            for clients in (1, 8):
+                runs = run_clients(unary_client, clients, (port, per_partition, args.seconds, floor))
+                latencies = sorted(x for run in runs for x in run)
+                report[f"{prefix}_p50_ms"][str(clients)] = round(_percentile(latencies, 0.5) * 1000, 3)
+                report[f"{prefix}_p99_ms"][str(clients)] = round(_percentile(latencies, 0.99) * 1000, 3)
+                report[f"{prefix}_qps"][str(clients)] = round(len(latencies) / args.seconds)
+                log(f"{'health Check (the floor)' if floor else 'unary'}, {clients} client(s): "
+                    f"{report[f'{prefix}_qps'][str(clients)]} calls/s, p50 {report[f'{prefix}_p50_ms'][str(clients)]} "
+                    f"ms, p99 {report[f'{prefix}_p99_ms'][str(clients)]} ms")
+        report["unary_qps_of_floor"] = {clients: round(qps / report["unary_floor_qps"][clients], 2)
+                                        for clients, qps in report["unary_qps"].items()}
         log(f"warmed up with a lookup of every segment in {warm_up(port, per_partition, args.batch):.0f} s")
-        for key, kafka_values in BATCH_MODES.items():
-            runs = run_clients(batch_client, args.batch_clients,
-                               (port, per_partition, args.seconds, args.batch, kafka_values))
+        for key, mode in BATCH_MODES.items():
+            runs = run_clients(batch_client, args.batch_clients, (port, per_partition, args.seconds, args.batch, mode))
             report[key] = round(sum(n for n, _ in runs) / max(t for _, t in runs))
-            log(f"batch lookups, {'kafka_values' if kafka_values else 'messages'}: {report[key]:,}/s "
-                f"({args.batch_clients} clients, {args.batch} per call)")
-        report["batch_modes"] = {key: "kafka_values" if kafka_values else "messages"
-                                 for key, kafka_values in BATCH_MODES.items()}
+            log(f"batch lookups, {mode}: {report[key]:,}/s ({args.batch_clients} clients, {args.batch} per call)")
+        report["batch_modes"] = BATCH_MODES
         report["batch_size"] = args.batch
         report["batch_clients"] = args.batch_clients
         report["stream_10k_ms"], report["stream_segments"] = stream_ms(port)

@@ -1,7 +1,7 @@
-"""BatchRemoteLogSegmentMetadata with ``kafka_values``, over a live server: every found segment comes as
-Kafka's bytes of the segment the message answer holds, everything else (not found, a partition's
-error, a malformed request) is answered alike, and the typed client returns the same records either
-way, the view's own answers."""
+"""BatchRemoteLogSegmentMetadata with ``kafka_values`` and ColumnarRemoteLogSegmentMetadata, over a live
+server: every found segment comes as Kafka's bytes of the segment the message answer holds, everything
+else (not found, a partition's error, a malformed request) is answered alike, and the typed client
+returns the same records either way, the view's own answers."""
 
 from __future__ import annotations
 
@@ -66,6 +66,31 @@ def test_kafka_values_are_the_segments_of_the_messages(served_view) -> None:
             assert value.error == message.error
     found = {decode_value(v.kafka_value).segment_id for v in values if v.HasField("kafka_value")}
     assert found == {s.segment_id for s in SEGMENTS}
+
+
+def test_columns_answer_what_the_batch_answers(served_view) -> None:
+    server, _ = served_view
+    partitions = [TP, LOADING, UNKNOWN, TP]  # a partition may be listed twice
+    lookups = [(index, epoch, offset) for index in (3, 1, 0, 2) for epoch, offset in
+               ((0, 50), (0, 100), (1, 250), (2, 320), (2, 400), (3, 0))]
+    columns = api.ColumnarRemoteLogSegmentMetadataRequest(
+        partitions=[convert.topic_id_partition_pb(tp) for tp in partitions],
+        partition_indexes=[i for i, _, _ in lookups], leader_epochs=[e for _, e, _ in lookups],
+        offsets=[o for _, _, o in lookups])
+    channel, raw = stub(server)
+    with channel:
+        answer = raw.ColumnarRemoteLogSegmentMetadata(columns)
+        batch = raw.BatchRemoteLogSegmentMetadata(_request(True, [(partitions[i], e, o) for i, e, o in lookups]))
+        assert raw.ColumnarRemoteLogSegmentMetadata(api.ColumnarRemoteLogSegmentMetadataRequest()) == \
+            api.ColumnarRemoteLogSegmentMetadataResponse()
+    assert list(answer.kafka_values) == [r.kafka_value for r in batch.results]
+    assert sum(bool(v) for v in answer.kafka_values) == 6  # three finished segments, through each of TP's listings
+    errors = {e.partition_index: e.error for e in answer.partition_errors}
+    assert sorted(errors) == [1, 2]
+    assert {e.kafka_exception for e in errors.values()} == \
+        {"RemoteResourceNotFoundException", "ReplicaNotAvailableException"}
+    for (index, _, _), result in zip(lookups, batch.results):
+        assert (result.error == errors[index]) if index in errors else not result.HasField("error")
 
 
 def _ask_view(view: View, lookup):

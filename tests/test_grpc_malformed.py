@@ -106,6 +106,24 @@ CASES = [
     ("BatchRemoteLogSegmentMetadata", api.BatchRemoteLogSegmentMetadataRequest(
         lookups=[api.RemoteLogSegmentMetadataRequest(topic_id_partition=GOOD, offset=-1)]),
      "lookups[0].offset: must not be negative"),
+    ("ColumnarRemoteLogSegmentMetadata", api.ColumnarRemoteLogSegmentMetadataRequest(
+        partitions=[GOOD], partition_indexes=[0] * 51, leader_epochs=[0] * 51, offsets=[0] * 51),
+     "partition_indexes: 51 lookups, more than the 50 this server answers in one call"),
+    ("ColumnarRemoteLogSegmentMetadata", api.ColumnarRemoteLogSegmentMetadataRequest(
+        partitions=[GOOD], partition_indexes=[0, 0], leader_epochs=[0, 0], offsets=[0]),
+     "partition_indexes, leader_epochs and offsets must have one element per lookup, but have 2, 2 and 1"),
+    ("ColumnarRemoteLogSegmentMetadata", api.ColumnarRemoteLogSegmentMetadataRequest(
+        partitions=[GOOD], partition_indexes=[0, 1], leader_epochs=[0, 0], offsets=[0, 0]),
+     "partition_indexes[1]: 1 is no index of the 1 partitions"),
+    ("ColumnarRemoteLogSegmentMetadata", api.ColumnarRemoteLogSegmentMetadataRequest(
+        partitions=[GOOD, tp(topic_id="x")], partition_indexes=[0], leader_epochs=[0], offsets=[0]),
+     "partitions[1].topic_id: not a Kafka uuid"),
+    ("ColumnarRemoteLogSegmentMetadata", api.ColumnarRemoteLogSegmentMetadataRequest(
+        partitions=[GOOD], partition_indexes=[0, 0, 0], leader_epochs=[0, 3, -1], offsets=[0, 0, 0]),
+     "leader_epochs[2]: must not be negative"),
+    ("ColumnarRemoteLogSegmentMetadata", api.ColumnarRemoteLogSegmentMetadataRequest(
+        partitions=[GOOD], partition_indexes=[0, 0], leader_epochs=[0, 0], offsets=[5, -5]),
+     "offsets[1]: must not be negative"),
     ("AddRemoteLogSegmentMetadata", api.AddRemoteLogSegmentMetadataRequest(),
      "remote_log_segment_metadata: is required"),
     ("AddRemoteLogSegmentMetadata", api.AddRemoteLogSegmentMetadataRequest(remote_log_segment_metadata=seg(state=0)),
@@ -207,6 +225,8 @@ def test_no_field_values_make_the_server_fail(view_server, tp, epoch, offset, st
         ("NextSegmentWithTxnIndex", api.NextSegmentWithTxnIndexRequest(topic_id_partition=tp, leader_epoch=epoch,
                                                                       offset=offset)),
         ("RemoteLogSize", api.RemoteLogSizeRequest(topic_id_partition=tp, leader_epoch=epoch)),
+        ("ColumnarRemoteLogSegmentMetadata", api.ColumnarRemoteLogSegmentMetadataRequest(
+            partitions=[tp], partition_indexes=[0, 0], leader_epochs=[epoch, 0], offsets=[offset, offset])),
         ("AddRemoteLogSegmentMetadata", api.AddRemoteLogSegmentMetadataRequest(
             remote_log_segment_metadata=pb.RemoteLogSegmentMetadata(
                 remote_log_segment_id=segment_id, start_offset=start, end_offset=end, state=state,

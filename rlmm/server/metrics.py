@@ -24,7 +24,7 @@ class Metrics:
                               ["method", "code"], registry=self.registry)
         self._latency = Histogram("rlmm_grpc_request_duration_seconds", "Time to handle a gRPC call, by method",
                                   ["method"], buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.lookups = Counter("rlmm_batch_lookups", "Lookups answered by BatchRemoteLogSegmentMetadata",
+        self.lookups = Counter("rlmm_batch_lookups", "Lookups answered by the batch calls",
                                registry=self.registry)
         self._children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
 

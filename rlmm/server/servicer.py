@@ -151,35 +151,61 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
         return _with_segment(api.RemoteLogSegmentMetadataResponse(), segment)
 
     def BatchRemoteLogSegmentMetadata(self, request, context):
-        partitions, lookups = self._lookups(request.lookups)
-        answers = self._queries.remote_log_segment_values(partitions, lookups)
+        partitions, indexes, epochs, offsets = self._lookups(request.lookups)
+        queries = self._queries
+        answers = queries.segment_values(queries.lookup_partitions(partitions), indexes, epochs, offsets)
         response = api.BatchRemoteLogSegmentMetadataResponse()
         (_add_kafka_values if request.kafka_values else _add_messages)(response.results, answers)
-        self.metrics.lookups.inc(len(lookups))
+        self.metrics.lookups.inc(len(answers))
         return response
 
-    def _lookups(self, lookups) -> tuple[list[TopicIdPartition], list[tuple[int, int, int]]]:
-        """The distinct partitions of a batch's checked lookups, and each lookup as (index of its
-        partition, leader epoch, offset)."""
-        if len(lookups) > self.max_batch_lookups:
-            raise ArgumentError("lookups", f"{len(lookups)} lookups, more than the {self.max_batch_lookups} this "
-                                           f"server answers in one call: split the batch")
+    def _lookups(self, lookups) -> tuple[list[TopicIdPartition], list[int], list[int], list[int]]:
+        """The distinct partitions of a batch's checked lookups, and the lookups in columns: index of
+        the partition, leader epoch, offset."""
+        self._check_batch_size("lookups", len(lookups))
         partitions: list[TopicIdPartition] = []
-        indexes: dict[tuple[str, str, int], int] = {}
-        checked: list[tuple[int, int, int]] = []
+        known: dict[tuple[str, str, int], int] = {}
+        indexes: list[int] = []
         for i, lookup in enumerate(lookups):
             raw = lookup.topic_id_partition
             key = (raw.topic_id, raw.topic, raw.partition)
-            index = indexes.get(key)
+            index = known.get(key)
             if index is None:
-                index = indexes[key] = len(partitions)
+                index = known[key] = len(partitions)
                 partitions.append(partition_of(lookup, f"lookups[{i}]"))
-            epoch, offset = lookup.leader_epoch, lookup.offset
-            if epoch < 0 or offset < 0:
-                not_negative(epoch, f"lookups[{i}].leader_epoch")
-                not_negative(offset, f"lookups[{i}].offset")
-            checked.append((index, epoch, offset))
-        return partitions, checked
+            indexes.append(index)
+        epochs, offsets = [lookup.leader_epoch for lookup in lookups], [lookup.offset for lookup in lookups]
+        _not_negative_column(epochs, "lookups[{}].leader_epoch", offsets, "lookups[{}].offset")
+        return partitions, indexes, epochs, offsets
+
+    def _check_batch_size(self, field: str, size: int) -> None:
+        if size > self.max_batch_lookups:
+            raise ArgumentError(field, f"{size} lookups, more than the {self.max_batch_lookups} this server "
+                                       f"answers in one call: split the batch")
+
+    def ColumnarRemoteLogSegmentMetadata(self, request, context):
+        indexes, epochs, offsets = list(request.partition_indexes), list(request.leader_epochs), list(request.offsets)
+        if not len(indexes) == len(epochs) == len(offsets):
+            raise ArgumentError("partition_indexes", f"partition_indexes, leader_epochs and offsets must have one "
+                                f"element per lookup, but have {len(indexes)}, {len(epochs)} and {len(offsets)}")
+        self._check_batch_size("partition_indexes", len(indexes))
+        partitions = convert.partitions(request.partitions, "partitions")
+        if indexes and max(indexes) >= len(partitions):
+            at = next(i for i, index in enumerate(indexes) if index >= len(partitions))
+            raise ArgumentError(f"partition_indexes[{at}]", f"{indexes[at]} is no index of the {len(partitions)} "
+                                                            f"partitions")
+        _not_negative_column(epochs, "leader_epochs[{}]", offsets, "offsets[{}]")
+        queries = self._queries
+        tpids = queries.lookup_partitions(partitions)
+        answers = queries.segment_values(tpids, indexes, epochs, offsets)
+        response = api.ColumnarRemoteLogSegmentMetadataResponse()
+        response.kafka_values.extend([answer if type(answer) is bytes else b"" for answer in answers])
+        for index, tpid in enumerate(tpids):
+            if type(tpid) is not bytes:
+                error = response.partition_errors.add(partition_index=index)
+                _set_error(error.error, tpid)
+        self.metrics.lookups.inc(len(answers))
+        return response
 
     def HighestOffsetForEpoch(self, request, context):
         tp = partition_of(request)
@@ -295,6 +321,14 @@ def _add_kafka_values(results, answers: list[bytes | None | KafkaStateError]) ->
             add()
         else:
             _set_error(add().error, answer)
+
+
+def _not_negative_column(*columns) -> None:
+    """``columns``: (values, field name pattern) pairs; refuse the first negative value of each."""
+    for values, field in zip(columns[::2], columns[1::2]):
+        if values and min(values) < 0:
+            at = next(i for i, value in enumerate(values) if value < 0)
+            not_negative(values[at], field.format(at))
 
 
 def _set_error(error: api.LookupError, exc: KafkaStateError) -> None:

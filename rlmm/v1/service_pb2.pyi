@@ -47,6 +47,34 @@ class LookupResult(_message.Message):
     kafka_value: bytes
     def __init__(self, remote_log_segment_metadata: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]] = ..., error: _Optional[_Union[LookupError, _Mapping]] = ..., kafka_value: _Optional[bytes] = ...) -> None: ...
 
+class ColumnarRemoteLogSegmentMetadataRequest(_message.Message):
+    __slots__ = ("partitions", "partition_indexes", "leader_epochs", "offsets")
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_INDEXES_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.TopicIdPartition]
+    partition_indexes: _containers.RepeatedScalarFieldContainer[int]
+    leader_epochs: _containers.RepeatedScalarFieldContainer[int]
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[_metadata_pb2.TopicIdPartition, _Mapping]]] = ..., partition_indexes: _Optional[_Iterable[int]] = ..., leader_epochs: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ColumnarRemoteLogSegmentMetadataResponse(_message.Message):
+    __slots__ = ("kafka_values", "partition_errors")
+    KAFKA_VALUES_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    kafka_values: _containers.RepeatedScalarFieldContainer[bytes]
+    partition_errors: _containers.RepeatedCompositeFieldContainer[PartitionLookupError]
+    def __init__(self, kafka_values: _Optional[_Iterable[bytes]] = ..., partition_errors: _Optional[_Iterable[_Union[PartitionLookupError, _Mapping]]] = ...) -> None: ...
+
+class PartitionLookupError(_message.Message):
+    __slots__ = ("partition_index", "error")
+    PARTITION_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    partition_index: int
+    error: LookupError
+    def __init__(self, partition_index: _Optional[int] = ..., error: _Optional[_Union[LookupError, _Mapping]] = ...) -> None: ...
+
 class LookupError(_message.Message):
     __slots__ = ("code", "message", "kafka_exception")
     CODE_FIELD_NUMBER: _ClassVar[int]

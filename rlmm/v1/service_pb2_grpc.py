@@ -45,6 +45,11 @@ class RemoteLogMetadataServiceStub:
                 request_serializer=rlmm_dot_v1_dot_service__pb2.BatchRemoteLogSegmentMetadataRequest.SerializeToString,
                 response_deserializer=rlmm_dot_v1_dot_service__pb2.BatchRemoteLogSegmentMetadataResponse.FromString,
                 _registered_method=True)
+        self.ColumnarRemoteLogSegmentMetadata = channel.unary_unary(
+                '/rlmm.v1.RemoteLogMetadataService/ColumnarRemoteLogSegmentMetadata',
+                request_serializer=rlmm_dot_v1_dot_service__pb2.ColumnarRemoteLogSegmentMetadataRequest.SerializeToString,
+                response_deserializer=rlmm_dot_v1_dot_service__pb2.ColumnarRemoteLogSegmentMetadataResponse.FromString,
+                _registered_method=True)
         self.HighestOffsetForEpoch = channel.unary_unary(
                 '/rlmm.v1.RemoteLogMetadataService/HighestOffsetForEpoch',
                 request_serializer=rlmm_dot_v1_dot_service__pb2.HighestOffsetForEpochRequest.SerializeToString,
@@ -124,6 +129,15 @@ class RemoteLogMetadataServiceServicer:
         request order. A partition that is unknown or not ready fails its own lookups only. With
         `kafka_values`, found segments come as Kafka's own serialized record, which the server copies
         from its view instead of building a message: the fastest way to look segments up.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ColumnarRemoteLogSegmentMetadata(self, request, context):
+        """BatchRemoteLogSegmentMetadata with `kafka_values`, in columns: the lookups come as parallel
+        arrays and the found segments as one array of Kafka's values, so neither side builds or reads a
+        message per lookup. For fetchers that look up many offsets at a time.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -234,6 +248,11 @@ def add_RemoteLogMetadataServiceServicer_to_server(servicer, server):
                     servicer.BatchRemoteLogSegmentMetadata,
                     request_deserializer=rlmm_dot_v1_dot_service__pb2.BatchRemoteLogSegmentMetadataRequest.FromString,
                     response_serializer=rlmm_dot_v1_dot_service__pb2.BatchRemoteLogSegmentMetadataResponse.SerializeToString,
+            ),
+            'ColumnarRemoteLogSegmentMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.ColumnarRemoteLogSegmentMetadata,
+                    request_deserializer=rlmm_dot_v1_dot_service__pb2.ColumnarRemoteLogSegmentMetadataRequest.FromString,
+                    response_serializer=rlmm_dot_v1_dot_service__pb2.ColumnarRemoteLogSegmentMetadataResponse.SerializeToString,
             ),
             'HighestOffsetForEpoch': grpc.unary_unary_rpc_method_handler(
                     servicer.HighestOffsetForEpoch,
@@ -351,6 +370,33 @@ class RemoteLogMetadataService:
             '/rlmm.v1.RemoteLogMetadataService/BatchRemoteLogSegmentMetadata',
             rlmm_dot_v1_dot_service__pb2.BatchRemoteLogSegmentMetadataRequest.SerializeToString,
             rlmm_dot_v1_dot_service__pb2.BatchRemoteLogSegmentMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ColumnarRemoteLogSegmentMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rlmm.v1.RemoteLogMetadataService/ColumnarRemoteLogSegmentMetadata',
+            rlmm_dot_v1_dot_service__pb2.ColumnarRemoteLogSegmentMetadataRequest.SerializeToString,
+            rlmm_dot_v1_dot_service__pb2.ColumnarRemoteLogSegmentMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
