@@ -29,6 +29,16 @@ def _kafka_failure(exc: Exception, bootstrap: str, topic: str) -> Failure:
                    f"is up")
 
 
+def _spark_conf(pairs: tuple[str, ...]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--conf")
+        conf[key.strip()] = value
+    return conf
+
+
 @click.group()
 def snapshot() -> None:
     """Snapshots of the view: rebuild with Spark, restore, export, verify."""
@@ -41,11 +51,13 @@ def snapshot() -> None:
               help="The metadata topic (remote.log.metadata.topic.name).")
 @click.option("--out", required=True, type=_DIR, help="The new snapshot's directory (must not exist).")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", callback=lambda _c, _p, v: _spark_conf(v),
+              help="A Spark configuration property (repeatable), as spark-submit's --conf.")
 @click.option("--from", "base_dir", type=_DIR, help="An older snapshot: fold only the records after its offsets.")
 @click.option("--split", type=click.IntRange(min=1), default=250_000, show_default=True,
               help="Records per Kafka input partition.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
-def build(bootstrap, archive_dir, topic, out, master, base_dir, split, quiet) -> None:
+def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, quiet) -> None:
     """Rebuild a snapshot with Spark from the topic (end offsets fixed at start) or an archive."""
     if (bootstrap is None) == (archive_dir is None):
         raise click.UsageError("give either --bootstrap-servers or --archive")
@@ -61,7 +73,7 @@ def build(bootstrap, archive_dir, topic, out, master, base_dir, split, quiet) ->
     say(f"starting Spark ({master})")
     owned = SparkSession.getActiveSession() is None  # in-process callers (tests) may have one already
     try:
-        spark = spark_session(master)
+        spark = spark_session(master, conf=confs)
     except RuntimeError as exc:
         raise Failure(str(exc)) from None
     try:

@@ -5,7 +5,6 @@ local tools call it alike."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from rlmm.records.model import SegmentSnapshot, TopicIdPartition
 from rlmm.records.serde import DecodeError, decode_value
@@ -19,25 +18,17 @@ QUARANTINE_KEY = b"q"  # routing key of undecodable records
 UNROUTABLE_KEY = b"u"  # decodable records without a partition (api key 3): Kafka's routing fails, nothing changes
 
 
-@dataclass(frozen=True, slots=True)
-class Routed:
-    key: bytes  # b"p" + tp identity, or QUARANTINE_KEY / UNROUTABLE_KEY
-    metadata_partition: int
-    offset: int
-    value: bytes | None
-
-
-def route(metadata_partition: int, offset: int, value: bytes | None) -> Routed:
-    """Which user partition a raw record belongs to."""
+def route_key(value: bytes | None) -> bytes:
+    """Which user partition a raw record belongs to: b"p" + its identity, or QUARANTINE_KEY / UNROUTABLE_KEY."""
     if value is None:
-        return Routed(QUARANTINE_KEY, metadata_partition, offset, value)
+        return QUARANTINE_KEY
     try:
         record = decode_value(value)
     except DecodeError:
-        return Routed(QUARANTINE_KEY, metadata_partition, offset, value)
+        return QUARANTINE_KEY
     if isinstance(record, SegmentSnapshot):
-        return Routed(UNROUTABLE_KEY, metadata_partition, offset, value)
-    return Routed(b"p" + K.tp_identity(record.tp), metadata_partition, offset, value)
+        return UNROUTABLE_KEY
+    return b"p" + K.tp_identity(record.tp)
 
 
 def quarantined(metadata_partition: int, offset: int, value: bytes | None) -> QuarantinedRecord:
@@ -82,11 +73,11 @@ def group_events(events: Iterable[tuple[int, int, bytes | None]]) -> tuple[
     offsets: dict[int, int] = {}
     for mp, offset, value in events:
         offsets[mp] = max(offsets.get(mp, -1), offset)
-        r = route(mp, offset, value)
-        if r.key == QUARANTINE_KEY:
+        key = route_key(value)
+        if key == QUARANTINE_KEY:
             quarantine[(mp, offset)] = quarantined(mp, offset, value)
-        elif r.key != UNROUTABLE_KEY:
-            groups.setdefault(r.key, []).append((offset, value))
+        elif key != UNROUTABLE_KEY:
+            groups.setdefault(key, []).append((offset, value))
     return groups, [quarantine[k] for k in sorted(quarantine)], offsets
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-SCHEMA = "mp int, offset long, value binary"
+# key: the routing key of ``snapshots.fold.route_key``, computed as the records are read
+SCHEMA = "key binary, mp int, offset long, value binary"
 DEFAULT_SPLIT = 250_000  # records per Kafka input partition
 
 
@@ -38,21 +39,27 @@ class RangePartition(InputPartition):
 ARROW_BATCH = 8192
 
 
-def _arrow_batches(rows: Iterator[tuple]) -> Iterator:
-    """Rows as Arrow record batches: far cheaper for Spark than one tuple at a time."""
-    import pyarrow as pa
-    names = ["mp", "offset", "value"]
-    types = [pa.int32(), pa.int64(), pa.binary()]
+def _arrow_batches(rows: Iterator[tuple[int, int, bytes | None]]) -> Iterator:
+    """(metadata partition, offset, value) rows, routed, as Arrow record batches: far cheaper for Spark
+    than one tuple at a time."""
     buf: list[tuple] = []
     for row in rows:
         buf.append(row)
         if len(buf) >= ARROW_BATCH:
-            cols = list(zip(*buf))
-            yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, types)], names=names)
+            yield _arrow_batch(buf)
             buf = []
     if buf:
-        cols = list(zip(*buf))
-        yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, types)], names=names)
+        yield _arrow_batch(buf)
+
+
+def _arrow_batch(rows: list[tuple[int, int, bytes | None]]):
+    import pyarrow as pa
+
+    from snapshots.fold import route_key
+    mps, offsets, values = zip(*rows)
+    columns = [pa.array([route_key(value) for value in values], pa.binary()), pa.array(mps, pa.int32()),
+               pa.array(offsets, pa.int64()), pa.array(values, pa.binary())]
+    return pa.RecordBatch.from_arrays(columns, names=["key", "mp", "offset", "value"])
 
 
 def plan_bins(ranges: dict[int, list[int]], split: int, target: int) -> list[list[tuple[int, int, int]]]:
@@ -165,8 +172,14 @@ class _ArchiveReader(DataSourceReader):
 
 # ---- the job -------------------------------------------------------------------------------------
 
+# A local rebuild's JVM is short-lived: with the C1 compiler alone it starts ~1 s sooner and runs a
+# first job ~1 s faster (bench_snapshot.py); long jobs on a cluster keep the JVM's defaults.
+LOCAL_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+
+
 def spark_session(master: str = "local[*]", app: str = "rlmm-snapshot", conf: dict | None = None):
-    """A session with the two data sources registered. Needs Java (checked, with a clear error)."""
+    """A session with the two data sources registered; ``conf`` adds or overrides Spark properties. Needs
+    Java (checked, with a clear error)."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise RuntimeError("Spark needs Java (17): no `java` on PATH and JAVA_HOME is not set")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -177,7 +190,7 @@ def spark_session(master: str = "local[*]", app: str = "rlmm-snapshot", conf: di
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "8")
                .config("spark.python.worker.reuse", "true"))
-    for k, v in (conf or {}).items():
+    for k, v in {**(LOCAL_CONF if master.startswith("local") else {}), **(conf or {})}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -186,20 +199,7 @@ def spark_session(master: str = "local[*]", app: str = "rlmm-snapshot", conf: di
     return spark
 
 
-ROUTED = "key binary, mp int, offset long, value binary"
 FOLDED = "key binary, payload binary"  # payload: a pickled Avro state record, or the quarantine's list of them
-
-
-def _route_batches(batches: Iterator) -> Iterator:
-    """Each record's routing key (user partition, quarantine or unroutable), added to its Arrow batch."""
-    import pyarrow as pa
-
-    from snapshots.fold import route
-    for batch in batches:
-        mps, offsets, values = (batch.column(i).to_pylist() for i in range(3))
-        keys = [route(mp, offset, value).key for mp, offset, value in zip(mps, offsets, values)]
-        yield pa.RecordBatch.from_arrays([pa.array(keys, pa.binary()), *batch.columns], names=["key", "mp", "offset",
-                                                                                            "value"])
 
 
 def _fold_group(records, bases):
@@ -325,7 +325,7 @@ def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = 
     try:
         with _Progress(spark, say):
             from pyspark.sql.functions import col, lit
-            records = df.mapInArrow(_route_batches, ROUTED).filter(col("key") != lit(UNROUTABLE_KEY))
+            records = df.filter(col("key") != lit(UNROUTABLE_KEY))
             n_out = output_partitions or max(2, sc.defaultParallelism)
             bases = spark.createDataFrame([(b"p" + tp_identity(s.tp), pickle.dumps(state_to_avro(s)))
                                            for s in (base.states if base else [])], FOLDED)

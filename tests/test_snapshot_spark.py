@@ -192,8 +192,11 @@ def test_cli_archive_then_build_from_archive_equals_kafka_build(spark, rlmm_conf
     assert result.exit_code == 0, result.output
     assert "snapshot written" in result.output  # progress (stderr is mixed in by the runner)
     result = runner.invoke(main, ["snapshot", "build", "-b", kafka.bootstrap_servers, "--topic", config.topic,
-                                  "--out", str(tmp_path / "from-kafka"), "--split", "300", "--quiet"])
+                                  "--out", str(tmp_path / "from-kafka"), "--split", "300", "--quiet",
+                                  "--conf", "spark.sql.shuffle.partitions=3"])
     assert result.exit_code == 0, result.output
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+    spark.conf.set("spark.sql.shuffle.partitions", "8")
     a, k = read_snapshot(tmp_path / "from-archive"), read_snapshot(tmp_path / "from-kafka")
     key = lambda s: (s.tp.topic_id, s.tp.partition)  # noqa: E731
     assert sorted(a.states, key=key) == sorted(k.states, key=key)
@@ -206,3 +209,14 @@ def test_cli_archive_then_build_from_archive_equals_kafka_build(spark, rlmm_conf
         pass
     result = runner.invoke(main, ["snapshot", "verify", str(tmp_path / "from-kafka"), "--db", str(tmp_path / "live")])
     assert result.exit_code == 0, result.output
+
+
+def test_cli_build_refuses_a_conf_that_is_not_key_value(tmp_path):
+    from click.testing import CliRunner
+
+    from rlmm.cli import main
+    result = CliRunner().invoke(main, ["snapshot", "build", "--archive", str(tmp_path), "--out", str(tmp_path / "s"),
+                                       "--conf", "spark.sql.shuffle.partitions"])
+    assert result.exit_code == 2
+    assert "'spark.sql.shuffle.partitions' is not KEY=VALUE" in result.output
+    assert not (tmp_path / "s").exists()

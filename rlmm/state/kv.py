@@ -11,8 +11,6 @@ from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator
 from typing import Protocol
 
-from sortedcontainers import SortedList
-
 from rlmm.state.keys import prefix_end
 
 Item = tuple[bytes, bytes]
@@ -59,12 +57,14 @@ def scan(kv: ReadKV, cf: str, prefix: bytes) -> Iterator[Item]:
 
 
 class MemoryKV:
-    """An in-memory ordered store: a dict per column family, with a sorted index of its keys built on
-    the first ordered read and kept up to date from then on (folds mostly put and get)."""
+    """An in-memory ordered store: a dict per column family, with a sorted list of its keys built on
+    the first ordered read and kept up to date from then on. Folds mostly put and get, and hold one
+    partition's keys at a time: thousands, for which list insertion and bisection (in C) beat a
+    balanced structure; a key inserted or deleted in the middle moves the keys after it."""
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[bytes, bytes]] = {}
-        self._order: dict[str, SortedList] = {}
+        self._order: dict[str, list[bytes]] = {}
 
     def _table(self, cf: str) -> dict[bytes, bytes]:
         table = self.tables.get(cf)
@@ -72,10 +72,10 @@ class MemoryKV:
             table = self.tables[cf] = {}
         return table
 
-    def _sorted(self, cf: str) -> SortedList:
+    def _sorted(self, cf: str) -> list[bytes]:
         order = self._order.get(cf)
         if order is None:
-            order = self._order[cf] = SortedList(self._table(cf))
+            order = self._order[cf] = sorted(self._table(cf))
         return order
 
     def get(self, cf: str, key: bytes) -> bytes | None:
@@ -84,20 +84,20 @@ class MemoryKV:
 
     def iter_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
         table = self._table(cf)
-        for k in _irange_up(self._sorted(cf), key, prefix):
+        for k in _keys_up(self._sorted(cf), key, prefix):
             yield k, table[k]
 
     def iter_down_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
         table = self._table(cf)
-        for k in _irange_down(self._sorted(cf), key, prefix):
+        for k in _keys_down(self._sorted(cf), key, prefix):
             yield k, table[k]
 
     def floor(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
-        k = next(_irange_down(self._sorted(cf), key, prefix), None)
+        k = next(_keys_down(self._sorted(cf), key, prefix), None)
         return None if k is None else (k, self.tables[cf][k])
 
     def ceiling(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
-        k = next(_irange_up(self._sorted(cf), key, prefix), None)
+        k = next(_keys_up(self._sorted(cf), key, prefix), None)
         return None if k is None else (k, self.tables[cf][k])
 
     def put(self, cf: str, key: bytes, value: bytes) -> None:
@@ -105,7 +105,7 @@ class MemoryKV:
         if key not in table:
             order = self._order.get(cf)
             if order is not None:
-                order.add(key)
+                insort(order, key)
         table[key] = value
 
     def put_new(self, cf: str, key: bytes, value: bytes) -> None:
@@ -116,13 +116,17 @@ class MemoryKV:
         if table.pop(key, None) is not None:
             order = self._order.get(cf)
             if order is not None:
-                order.remove(key)
+                del order[bisect_left(order, key)]
 
     def delete_prefix(self, cf: str, prefix: bytes) -> None:
         table = self._table(cf)
-        for k in list(_irange_up(self._sorted(cf), prefix, prefix)):
-            del table[k]
-            self._order[cf].remove(k)
+        order = self._sorted(cf)
+        start = bisect_left(order, prefix)
+        end = start
+        while end < len(order) and order[end].startswith(prefix):
+            del table[order[end]]
+            end += 1
+        del order[start:end]
 
 
 class StagedKV:
@@ -275,20 +279,6 @@ def _keys_down(order: list[bytes], key: bytes, prefix: bytes) -> Iterator[bytes]
     while i >= 0 and order[i].startswith(prefix):
         yield order[i]
         i -= 1
-
-
-def _irange_up(table: SortedList, key: bytes, prefix: bytes) -> Iterator[bytes]:
-    """Keys >= ``key`` that start with ``prefix``, ascending."""
-    end = prefix_end(prefix) if prefix else None
-    return table.irange(minimum=max(key, prefix), maximum=end, inclusive=(True, False))
-
-
-def _irange_down(table: SortedList, key: bytes, prefix: bytes) -> Iterator[bytes]:
-    """Keys <= ``key`` that start with ``prefix``, descending."""
-    end = prefix_end(prefix) if prefix else None
-    if end is None or key < end:
-        return table.irange(minimum=prefix, maximum=key, reverse=True)
-    return table.irange(minimum=prefix, maximum=end, inclusive=(True, False), reverse=True)
 
 
 def _live(table: dict[bytes, bytes | None], keys: Iterator[bytes]) -> Iterator[Item]:
