@@ -38,6 +38,10 @@ class RocksKV:
         cf_options.set_compression_type(DBCompressionType.lz4())
         cf_options.set_write_buffer_size(min(16, write_buffer_mb) << 20)
         cf_options.set_max_write_buffer_number(2)
+        # a bloom filter over each memtable's keys: most point reads of the apply path (a new segment's
+        # id, an index entry not there) miss, and skip the memtable search
+        cf_options.set_memtable_whole_key_filtering(True)
+        cf_options.set_memtable_prefix_bloom_ratio(0.1)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         options.create_missing_column_families(True)
