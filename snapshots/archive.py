@@ -33,6 +33,8 @@ def archive(bootstrap: str, topic: str, out: str | Path, *, records_per_file: in
     tmp = out.with_name(out.name + f".partial-{os.getpid()}")
     tmp.mkdir(parents=True)
     try:
+        if progress:
+            progress(f"reading {topic} from {bootstrap}")
         partitions = num_partitions(bootstrap, topic)
         ends = end_offsets(bootstrap, topic, partitions)
         files = []

@@ -6,6 +6,7 @@ offset + 1; on Kafka both agree."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,12 +14,21 @@ from collections.abc import Iterator
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
 EOF_CODE = KafkaError._PARTITION_EOF
+log = logging.getLogger(__name__)
+
+
+class _DebugLog:
+    """librdkafka's log lines, at DEBUG: a broker that cannot be reached would otherwise print a line per
+    connection attempt; the command fails with one error that says so."""
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        log.debug(msg, *args)
 
 
 def _consumer(bootstrap: str, extra: dict | None = None) -> Consumer:
     conf = {"bootstrap.servers": bootstrap, "group.id": f"rlmm-snapshot-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 10, "socket.timeout.ms": 10000}
+            "fetch.wait.max.ms": 10, "socket.timeout.ms": 10000, "logger": _DebugLog()}
     conf.update(extra or {})
     return Consumer(conf)
 

@@ -165,3 +165,13 @@ def test_exit_codes_are_in_the_help_and_the_readme() -> None:
     assert "Exit codes: 0 success; 1" in invoke("--help").output
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert "### Exit codes" in readme
+
+
+def test_archive_from_an_unreachable_broker_is_one_error_line(tmp_path) -> None:
+    """librdkafka's line per failed connection stays out of the way (DEBUG logging); nothing is left."""
+    bootstrap = f"127.0.0.1:{free_port()}"
+    done = rlmm("archive", "-b", bootstrap, "--out", str(tmp_path / "archive"))
+    assert done.returncode == 1
+    one_error_line(done.stderr, f"cannot read __remote_log_metadata from {bootstrap}", "check --bootstrap-servers")
+    assert "rdkafka" not in done.stderr and len(done.stderr.strip().splitlines()) == 2, done.stderr
+    assert list(tmp_path.iterdir()) == []
