@@ -55,7 +55,8 @@ def snapshot() -> None:
               help="A Spark configuration property (repeatable), as spark-submit's --conf.")
 @click.option("--from", "base_dir", type=_DIR, help="An older snapshot: fold only the records after its offsets.")
 @click.option("--split", type=click.IntRange(min=1), default=250_000, show_default=True,
-              help="Records per Kafka input partition.")
+              help="Records per Kafka input partition of an incremental build (--from); a full build reads "
+                   "each metadata partition in one task.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, quiet) -> None:
     """Rebuild a snapshot with Spark from the topic (end offsets fixed at start) or an archive."""

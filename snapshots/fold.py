@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rlmm.records.model import SegmentSnapshot, TopicIdPartition
+from rlmm.records.model import RemoteLogMetadata, SegmentSnapshot, TopicIdPartition
 from rlmm.records.serde import DecodeError, decode_value
 from rlmm.state import keys as K
 from rlmm.state.export import PartitionState, partition_state, write_partition_state
@@ -45,24 +45,63 @@ def quarantined(metadata_partition: int, offset: int, value: bytes | None) -> Qu
     return QuarantinedRecord(metadata_partition, offset, str(error), error.kafka_error, error.kafka_cause, value)
 
 
+class PartitionFold:
+    """One user partition's fold, a record at a time, in offset order: the service's ``StateMachine``
+    over a ``MemoryKV``, on ``base`` (or a fresh assignment, as a shared service assigns every partition
+    it sees)."""
+
+    def __init__(self, tp: TopicIdPartition, base: PartitionState | None = None) -> None:
+        self.tp = tp
+        self.kv = MemoryKV()
+        self.machine = StateMachine(self.kv)
+        if base is not None:
+            write_partition_state(self.kv, base)
+        self.machine.assign(tp)
+
+    def apply(self, offset: int, record: RemoteLogMetadata) -> None:
+        self.machine.handle(record, offset)
+
+    def finish(self, *, ready: bool = True) -> PartitionState:
+        """The folded state, marked ready (Kafka's markInitialized; refused for a removed partition)."""
+        if ready:
+            self.machine.mark_ready(self.tp)
+        self.machine.flush()
+        state = partition_state(self.kv, self.tp)
+        assert state is not None
+        return state
+
+
 def fold_partition(tp: TopicIdPartition, records: Iterable[tuple[int, bytes]], base: PartitionState | None = None,
                    *, ready: bool = True) -> PartitionState:
     """Apply one user partition's records ((offset, value), one metadata partition, any order: they are
-    sorted) over ``base`` (or a fresh assignment, as a shared service assigns every partition it sees),
-    then mark it ready (Kafka's markInitialized; refused for a removed partition)."""
-    kv = MemoryKV()
-    machine = StateMachine(kv)
-    if base is not None:
-        write_partition_state(kv, base)
-    machine.assign(tp)
+    sorted) over ``base``, then mark it ready."""
+    fold = PartitionFold(tp, base)
     for offset, value in sorted(records, key=lambda r: r[0]):
-        machine.handle(decode_value(value), offset)
-    if ready:
-        machine.mark_ready(tp)
-    machine.flush()
-    state = partition_state(kv, tp)
-    assert state is not None
-    return state
+        fold.apply(offset, decode_value(value))
+    return fold.finish(ready=ready)
+
+
+def fold_stream(rows: Iterable[tuple[int, int, bytes | None]]) -> tuple[
+        list[tuple[bytes, PartitionState]], list[QuarantinedRecord]]:
+    """Whole metadata partitions' records (metadata partition, offset, value), each partition's in offset
+    order, folded as they come: (routing key, state) per user partition and metadata partition, and the
+    quarantine. A user partition with records in two metadata partitions comes out twice."""
+    folds: dict[tuple[bytes, int], PartitionFold] = {}
+    quarantine = []
+    for mp, offset, value in rows:
+        try:
+            record = decode_value(value) if value is not None else None
+        except DecodeError:
+            record = None
+        if record is None:
+            quarantine.append(quarantined(mp, offset, value))
+        elif not isinstance(record, SegmentSnapshot):  # api key 3 has no partition: Kafka cannot route it
+            identity = K.tp_identity(record.tp)
+            fold = folds.get((identity, mp))
+            if fold is None:
+                fold = folds[(identity, mp)] = PartitionFold(record.tp)
+            fold.apply(offset, record)
+    return [(b"p" + identity, fold.finish()) for (identity, _), fold in folds.items()], quarantine
 
 
 def group_events(events: Iterable[tuple[int, int, bytes | None]]) -> tuple[

@@ -3,11 +3,15 @@ each record to its user partition, fold each partition with the service's own st
 the snapshot.
 
 Spark's own Kafka and Avro sources are not bundled with PySpark, so both inputs are Python data
-sources (``pyspark.sql.datasource``): ``rlmm_kafka`` has one input partition per metadata partition
-or offset range (confluent-kafka, up to the end offsets fixed on the driver at job start) and
-``rlmm_archive`` one per archive file. Each output partition writes its own Avro file into the
-snapshot's staging directory (with a cluster ``--master`` it must be on a filesystem every executor
-shares); the driver then writes the quarantine and the manifest and renames the directory into place.
+sources (``pyspark.sql.datasource``): ``rlmm_kafka`` reads with confluent-kafka, up to the end offsets
+fixed on the driver at job start, and ``rlmm_archive`` reads archive files. A user partition's records
+are all in one metadata partition (Kafka's partitioner), in offset order there, so a full build reads
+whole metadata partitions per input partition and folds them as it reads (``fold``): no shuffle. An
+incremental build (``--from``) reads offset ranges, routes each record, and groups each user
+partition's records with its state in the older snapshot. Each output partition writes its own Avro
+file into the snapshot's staging directory (with a cluster ``--master`` it must be on a filesystem
+every executor shares); the driver then writes the quarantine and the manifest and renames the
+directory into place.
 """
 
 from __future__ import annotations
@@ -25,7 +29,11 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 # key: the routing key of ``snapshots.fold.route_key``, computed as the records are read
 SCHEMA = "key binary, mp int, offset long, value binary"
-DEFAULT_SPLIT = 250_000  # records per Kafka input partition
+# with the option fold=true, each task folds the whole metadata partitions it reads: one row per user
+# partition (key: its routing key, payload: its pickled Avro state) and one for the quarantine (its key,
+# payload: the pickled list of its Avro records)
+FOLDED = "key binary, payload binary"
+DEFAULT_SPLIT = 250_000  # records per Kafka input partition of an incremental build
 
 
 class RangePartition(InputPartition):
@@ -62,6 +70,43 @@ def _arrow_batch(rows: list[tuple[int, int, bytes | None]]):
     return pa.RecordBatch.from_arrays(columns, names=["key", "mp", "offset", "value"])
 
 
+def _source_schema(options) -> str:
+    return FOLDED if _folds(options) else SCHEMA
+
+
+def _folds(options) -> bool:
+    return options.get("fold", "false") == "true"
+
+
+def _folded_batches(rows: Iterator[tuple[int, int, bytes | None]]) -> Iterator:
+    """Rows of whole metadata partitions, in offset order, folded (``snapshots.fold.fold_stream``) into
+    one Arrow batch of ``FOLDED`` rows."""
+    import pyarrow as pa
+
+    from snapshots.fold import QUARANTINE_KEY, fold_stream
+    from snapshots.format import quarantine_to_avro, state_to_avro
+    states, quarantine = fold_stream(rows)
+    keys = [key for key, _ in states]
+    payloads = [pickle.dumps(state_to_avro(state)) for _, state in states]
+    if quarantine:
+        keys.append(QUARANTINE_KEY)
+        payloads.append(pickle.dumps([quarantine_to_avro(q) for q in quarantine]))
+    yield pa.RecordBatch.from_arrays([pa.array(keys, pa.binary()), pa.array(payloads, pa.binary())],
+                                     names=["key", "payload"])
+
+
+def plan_whole(sizes: dict[int, int], target: int) -> list[list[int]]:
+    """Metadata partitions packed whole into at most ``target`` bins of about equal records (largest
+    first, each into the lightest bin); each bin's partitions in order."""
+    loads = [0] * max(1, min(target, len(sizes)))
+    members: list[list[int]] = [[] for _ in loads]
+    for mp in sorted(sizes, key=lambda mp: (-sizes[mp], mp)):
+        lightest = loads.index(min(loads))
+        members[lightest].append(mp)
+        loads[lightest] += sizes[mp]
+    return [sorted(mps) for mps in members if mps]
+
+
 def plan_bins(ranges: dict[int, list[int]], split: int, target: int) -> list[list[tuple[int, int, int]]]:
     """Offset ranges packed into about ``target`` input partitions of at most ``split`` records (reading a
     metadata partition costs one consumer and one fetch round, so small ones share a task)."""
@@ -87,14 +132,15 @@ def plan_bins(ranges: dict[int, list[int]], split: int, target: int) -> list[lis
 
 class KafkaTopicSource(DataSource):
     """``spark.read.format("rlmm_kafka").option("bootstrap", ..).option("topic", ..).option("ranges", json)``
-    where ranges maps a metadata partition to [start, end)."""
+    where ranges maps a metadata partition to [start, end); with ``.option("fold", "true")``, the records of
+    each task's whole metadata partitions folded (``FOLDED``)."""
 
     @classmethod
     def name(cls) -> str:
         return "rlmm_kafka"
 
     def schema(self) -> str:
-        return SCHEMA
+        return _source_schema(self.options)
 
     def reader(self, schema) -> DataSourceReader:
         return _KafkaReader(self.options)
@@ -107,13 +153,20 @@ class _KafkaReader(DataSourceReader):
         self.ranges = {int(k): v for k, v in json.loads(options["ranges"]).items()}
         self.split = int(options.get("split", DEFAULT_SPLIT))
         self.target = int(options.get("target_partitions", 4))
+        self.fold = _folds(options)
 
     def partitions(self):
-        return [RangePartition(b) for b in plan_bins(self.ranges, self.split, self.target)] or [RangePartition([])]
+        if self.fold:  # each metadata partition read by one task, in offset order
+            sizes = {mp: end - start for mp, (start, end) in self.ranges.items()}
+            bins = [[(mp, *self.ranges[mp]) for mp in mps] for mps in plan_whole(sizes, self.target)]
+        else:
+            bins = plan_bins(self.ranges, self.split, self.target)
+        return [RangePartition(b) for b in bins] or [RangePartition([])]
 
     def read(self, partition: RangePartition) -> Iterator:
         from snapshots.kafka_io import read_ranges
-        yield from _arrow_batches(read_ranges(self.bootstrap, self.topic, partition.ranges))
+        rows = read_ranges(self.bootstrap, self.topic, partition.ranges)
+        yield from (_folded_batches if self.fold else _arrow_batches)(rows)
 
 
 class FilePartition(InputPartition):
@@ -124,14 +177,14 @@ class FilePartition(InputPartition):
 
 class ArchiveSource(DataSource):
     """``spark.read.format("rlmm_archive").option("path", DIR).option("after", json)``: records of an
-    archive, only those above ``after[mp]`` (an older snapshot's offsets)."""
+    archive, only those above ``after[mp]`` (an older snapshot's offsets); ``fold`` as ``rlmm_kafka``."""
 
     @classmethod
     def name(cls) -> str:
         return "rlmm_archive"
 
     def schema(self) -> str:
-        return SCHEMA
+        return _source_schema(self.options)
 
     def reader(self, schema) -> DataSourceReader:
         return _ArchiveReader(self.options)
@@ -144,10 +197,17 @@ class _ArchiveReader(DataSourceReader):
         self.after = {int(k): v for k, v in json.loads(options.get("after", "{}")).items()}
         self.manifest = read_archive_manifest(self.path)
         self.target = int(options.get("target_partitions", 4))
+        self.fold = _folds(options)
 
     def partitions(self):
         files = [(e, self.after.get(e["partition"], -1)) for e in self.manifest["files"]
                  if e["last"] > self.after.get(e["partition"], -1)]
+        if self.fold:  # each metadata partition's files read by one task, in the archive's order
+            sizes: dict[int, int] = {}
+            for entry, _ in files:
+                sizes[entry["partition"]] = sizes.get(entry["partition"], 0) + entry["records"]
+            return [FilePartition([f for mp in mps for f in files if f[0]["partition"] == mp])
+                    for mps in plan_whole(sizes, self.target)] or [FilePartition([])]
         total = sum(e["records"] for e, _ in files)
         size = max(1, -(-total // self.target))
         parts, current, filled = [], [], 0
@@ -167,7 +227,7 @@ class _ArchiveReader(DataSourceReader):
         def rows():
             for entry, after in partition.entries:
                 yield from read_archive_file(self.path, entry, after)
-        yield from _arrow_batches(rows())
+        yield from (_folded_batches if self.fold else _arrow_batches)(rows())
 
 
 # ---- the job -------------------------------------------------------------------------------------
@@ -199,7 +259,6 @@ def spark_session(master: str = "local[*]", app: str = "rlmm-snapshot", conf: di
     return spark
 
 
-FOLDED = "key binary, payload binary"  # payload: a pickled Avro state record, or the quarantine's list of them
 
 
 def _fold_group(records, bases):
@@ -243,8 +302,22 @@ def _writer(staging: str):
         entry = write_avro_file(Path(staging) / f"partitions-{index:05d}.avro", PARTITION_SCHEMA,
                                 (r for _, r in records))
         entry["segments"] = segments
-        yield {"file": entry}
+        yield {"file": entry, "keys": [key for key, _ in records]}
     return write
+
+
+def _refuse_split_partitions(keys: list[bytes]) -> None:
+    """A user partition folded twice had records in two metadata partitions (Kafka's partitioner puts all
+    of a partition's records in one): their order cannot be known, so no snapshot is written."""
+    from rlmm.state import keys as K
+    from snapshots.format import SnapshotError
+    seen: set[bytes] = set()
+    for key in keys:
+        if key in seen:
+            tp = K.tp_from_identity(key[1:])
+            raise SnapshotError(f"user partition {tp.topic}-{tp.partition} has records in more than one metadata "
+                                f"partition: their order cannot be known, so no snapshot is written")
+        seen.add(key)
 
 
 class _Progress:
@@ -274,7 +347,7 @@ class _Progress:
 
 def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = "__remote_log_metadata",
           archive_dir: str | Path | None = None, base_dir: str | Path | None = None, split: int = DEFAULT_SPLIT,
-          output_partitions: int | None = None, progress: Callable[[str], None] | None = None) -> dict:
+          progress: Callable[[str], None] | None = None) -> dict:
     """Build a snapshot into ``out`` from the topic (``bootstrap``) or an archive, optionally on top of an
     older snapshot (``base_dir``: only records after its offsets are read). Returns the manifest."""
     from rlmm.state.keys import tp_identity
@@ -289,6 +362,7 @@ def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = 
     if (bootstrap is None) == (archive_dir is None):
         raise ValueError("give either bootstrap servers or an archive")
     target = 2 * spark.sparkContext.defaultParallelism
+    fold = "true" if base is None else "false"  # a full build folds in the reading tasks
     if bootstrap is not None:
         from snapshots.kafka_io import end_offsets, num_partitions
         partitions = num_partitions(bootstrap, topic)
@@ -298,7 +372,7 @@ def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = 
             f"up to end offsets fixed now")
         df = (spark.read.format("rlmm_kafka").option("bootstrap", bootstrap).option("topic", topic)
               .option("ranges", json.dumps(ranges)).option("split", str(split))
-              .option("target_partitions", str(target)).load())
+              .option("target_partitions", str(target)).option("fold", fold).load())
         last = {mp: end - 1 for mp, end in ends.items() if end > 0}
         source = {"kind": "kafka", "bootstrap": bootstrap, "topic": topic}
     else:
@@ -309,8 +383,8 @@ def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = 
         for entry in manifest["files"]:
             last[entry["partition"]] = max(last.get(entry["partition"], -1), entry["last"])
         say(f"archive {archive_dir}: {len(manifest['files'])} files")
-        df = (spark.read.format("rlmm_archive").option("path", str(archive_dir))
-              .option("after", json.dumps(after)).option("target_partitions", str(target)).load())
+        df = (spark.read.format("rlmm_archive").option("path", str(archive_dir)).option("after", json.dumps(after))
+              .option("target_partitions", str(target)).option("fold", fold).load())
         source = {"kind": "archive", "path": str(archive_dir), "topic": topic}
     if base is not None:
         if base.num_metadata_partitions != partitions:
@@ -324,14 +398,18 @@ def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = 
     staging.mkdir(parents=True)
     try:
         with _Progress(spark, say):
-            from pyspark.sql.functions import col, lit
-            records = df.filter(col("key") != lit(UNROUTABLE_KEY))
-            n_out = output_partitions or max(2, sc.defaultParallelism)
-            bases = spark.createDataFrame([(b"p" + tp_identity(s.tp), pickle.dumps(state_to_avro(s)))
-                                           for s in (base.states if base else [])], FOLDED)
-            folded = records.groupBy("key").cogroup(bases.groupBy("key")).applyInArrow(_fold_group, FOLDED)
-            outputs = folded.coalesce(n_out).rdd.mapPartitionsWithIndex(_writer(str(staging))).collect()
+            if base is None:  # each task folded the metadata partitions it read: written as they are
+                folded = df
+            else:  # each user partition's new records grouped with its state in the older snapshot
+                from pyspark.sql.functions import col, lit
+                records = df.filter(col("key") != lit(UNROUTABLE_KEY))
+                bases = spark.createDataFrame([(b"p" + tp_identity(s.tp), pickle.dumps(state_to_avro(s)))
+                                               for s in base.states], FOLDED)
+                folded = records.groupBy("key").cogroup(bases.groupBy("key")).applyInArrow(_fold_group, FOLDED)
+                folded = folded.coalesce(max(2, sc.defaultParallelism))
+            outputs = folded.rdd.mapPartitionsWithIndex(_writer(str(staging))).collect()
             files = [o["file"] for o in outputs if "file" in o]
+            _refuse_split_partitions([key for o in outputs for key in o.get("keys", ())])
             quarantine_rows = [q for o in outputs if "quarantine" in o for q in o["quarantine"]]
         say(f"folded: {sum(f['records'] for f in files)} partitions in {len(files)} files")
         quarantine = {}

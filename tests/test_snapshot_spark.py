@@ -220,3 +220,19 @@ def test_cli_build_refuses_a_conf_that_is_not_key_value(tmp_path):
     assert result.exit_code == 2
     assert "'spark.sql.shuffle.partitions' is not KEY=VALUE" in result.output
     assert not (tmp_path / "s").exists()
+
+
+def test_a_partition_with_records_in_two_metadata_partitions_is_refused(spark, tmp_path):
+    """Kafka's partitioner puts all of a user partition's records in one metadata partition; a topic that
+    does otherwise cannot say in which order they apply, and the build says so instead of guessing."""
+    from rlmm.records.model import SegmentMetadata
+    from rlmm.records.serde import decode_value
+    from snapshots.format import SnapshotError
+    events, _ = workload_events(600, seed=41, metadata_partitions=3)
+    mp, _, value = next(e for e in events if isinstance(decode_value(e[2]), SegmentMetadata))
+    write_archive(tmp_path / "archive", dense([*events, ((mp + 1) % 3, 0, value)]), 3)
+    tp = decode_value(value).tp
+    with pytest.raises(SnapshotError, match=f"user partition {tp.topic}-{tp.partition} has records in more than "
+                                            f"one metadata partition"):
+        build(spark, tmp_path / "snap", archive_dir=tmp_path / "archive")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["archive"]

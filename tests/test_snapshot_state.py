@@ -8,7 +8,7 @@ import pytest
 from rlmm.state.export import partition_state, partitions, write_partition_state
 from rlmm.state.kv import MemoryKV
 from rlmm.state.queries import Queries
-from snapshots.fold import fold_local
+from snapshots.fold import fold_local, fold_stream
 from tests.snapshot_support import (
     SCENARIOS,
     live_view,
@@ -77,3 +77,21 @@ def test_fold_equals_live_view(seed, tmp_path):
         assert {"metadata_offsets": offsets, "quarantine": quarantine} == non_partition_rows(view)
         assert view_answers(Queries(kv), kv) == {tp: a for tp, a in view_answers(view.queries, view._kv).items()
                                                  if tp in expected}
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_the_streaming_fold_equals_the_grouped_fold(seed):
+    """fold_stream (records as a topic holds them: each offset once, each metadata partition in order,
+    partitions interleaved) gives the states and the quarantine of fold_local."""
+    events, _ = workload_events(3000, seed=seed, metadata_partitions=4)
+    offsets: dict[int, int] = {}
+    topic = []
+    for mp, _, value in events:
+        topic.append((mp, offsets.get(mp, 0), value))
+        offsets[mp] = offsets.get(mp, 0) + 1
+    states, quarantine = fold_stream(topic)
+    expected_states, expected_quarantine, _ = fold_local(topic)
+    assert sorted(quarantine, key=lambda q: (q.metadata_partition, q.offset)) == expected_quarantine != []
+    assert len({key for key, _ in states}) == len(states) == len(expected_states)
+    assert sorted((state for _, state in states), key=lambda s: (s.tp.topic_id, s.tp.partition)) == \
+        sorted(expected_states, key=lambda s: (s.tp.topic_id, s.tp.partition))
