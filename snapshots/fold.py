@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rlmm.records.model import RemoteLogMetadata, SegmentSnapshot, TopicIdPartition
+from rlmm.records.model import (PartitionDelete, RemoteLogMetadata, SegmentMetadata, SegmentSnapshot,
+                                SegmentUpdate, TopicIdPartition)
 from rlmm.records.serde import DecodeError, decode_value
 from rlmm.state import keys as K
 from rlmm.state.export import PartitionState, partition_state, write_partition_state
@@ -18,17 +19,22 @@ QUARANTINE_KEY = b"q"  # routing key of undecodable records
 UNROUTABLE_KEY = b"u"  # decodable records without a partition (api key 3): Kafka's routing fails, nothing changes
 
 
-def route_key(value: bytes | None) -> bytes:
-    """Which user partition a raw record belongs to: b"p" + its identity, or QUARANTINE_KEY / UNROUTABLE_KEY."""
+def route(value: bytes | None) -> tuple[bytes, SegmentMetadata | SegmentUpdate | PartitionDelete | None]:
+    """Which user partition a raw record belongs to: (b"p" + its identity, the record), or
+    (QUARANTINE_KEY, None) when it does not decode, (UNROUTABLE_KEY, None) when it has no partition."""
     if value is None:
-        return QUARANTINE_KEY
+        return QUARANTINE_KEY, None
     try:
         record = decode_value(value)
     except DecodeError:
-        return QUARANTINE_KEY
+        return QUARANTINE_KEY, None
     if isinstance(record, SegmentSnapshot):
-        return UNROUTABLE_KEY
-    return b"p" + K.tp_identity(record.tp)
+        return UNROUTABLE_KEY, None
+    return b"p" + K.tp_identity(record.tp), record
+
+
+def route_key(value: bytes | None) -> bytes:
+    return route(value)[0]
 
 
 def quarantined(metadata_partition: int, offset: int, value: bytes | None) -> QuarantinedRecord:
@@ -89,19 +95,15 @@ def fold_stream(rows: Iterable[tuple[int, int, bytes | None]]) -> tuple[
     folds: dict[tuple[bytes, int], PartitionFold] = {}
     quarantine = []
     for mp, offset, value in rows:
-        try:
-            record = decode_value(value) if value is not None else None
-        except DecodeError:
-            record = None
-        if record is None:
+        key, record = route(value)
+        if key == QUARANTINE_KEY:
             quarantine.append(quarantined(mp, offset, value))
-        elif not isinstance(record, SegmentSnapshot):  # api key 3 has no partition: Kafka cannot route it
-            identity = K.tp_identity(record.tp)
-            fold = folds.get((identity, mp))
+        elif record is not None:
+            fold = folds.get((key, mp))
             if fold is None:
-                fold = folds[(identity, mp)] = PartitionFold(record.tp)
+                fold = folds[(key, mp)] = PartitionFold(record.tp)
             fold.apply(offset, record)
-    return [(b"p" + identity, fold.finish()) for (identity, _), fold in folds.items()], quarantine
+    return [(key, fold.finish()) for (key, _), fold in folds.items()], quarantine
 
 
 def group_events(events: Iterable[tuple[int, int, bytes | None]]) -> tuple[
