@@ -16,6 +16,7 @@ from rlmm.cli_errors import Failure, view_errors
 from rlmm.compiled import core_build
 from rlmm.records.canonical import to_canonical
 from rlmm.records.serde import DecodeError, decode_value
+from rlmm.runtime import tune_gc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]},
@@ -24,6 +25,7 @@ from rlmm.records.serde import DecodeError, decode_value
 @click.version_option(package_name="rlmm", message=f"%(prog)s %(version)s, {core_build()} core")
 def main() -> None:
     """rlmm: Kafka's tiered-storage RemoteLogMetadataManager as an event-sourced service."""
+    tune_gc()
 
 
 @main.command()

@@ -55,3 +55,13 @@ def test_help_of_every_command() -> None:
     for command in ([], ["decode"], ["replay"]):
         result = rlmm(*command, "--help")
         assert result.returncode == 0 and b"Usage" in result.stdout
+
+
+def test_rlmm_commands_run_with_the_tuned_garbage_collector() -> None:
+    from rlmm.runtime import GC_THRESHOLDS
+
+    probe = ("import atexit, gc, sys; from rlmm.cli import main; "
+             "atexit.register(lambda: print(list(gc.get_threshold()), file=sys.stderr)); main(['decode'])")
+    result = subprocess.run([sys.executable, "-c", probe], input=b"", capture_output=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stderr.splitlines()[-1]) == list(GC_THRESHOLDS)

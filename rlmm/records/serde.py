@@ -503,7 +503,20 @@ def _add_segment_fields(parts: list[bytes], r: SegmentMetadata | SegmentSnapshot
 
 
 def _write_segment(r: SegmentMetadata, tags: _Tags) -> list[bytes]:
-    return _add_segment_fields([b"\x01\x00\x00", *_segment_id_parts(r, tags)], r, tags)
+    epochs = r.segment_leader_epochs
+    if tags or len(epochs) >= 0x7F:
+        return _add_segment_fields([b"\x01\x00\x00", *_segment_id_parts(r, tags)], r, tags)
+    # the common case, packed as the reader unpacks it: no unknown tags, a one-byte epoch count
+    tp = r.tp
+    parts = [b"\x01\x00\x00", compact_string(tp.topic, "topic name"),
+             SEGMENT_HEAD_B.pack(uuid_bytes(tp.topic_id, "topic id"), tp.partition, 0,
+                                 uuid_bytes(r.segment_id, "segment id"), 0, r.start_offset, r.end_offset,
+                                 r.broker_id, r.max_timestamp_ms, r.event_timestamp_ms, len(epochs) + 1)]
+    for epoch, offset in epochs:
+        parts.append(I32_I64_B.pack(epoch, offset, 0))
+    parts += (I32.pack(r.segment_size_in_bytes), compact_nullable_bytes(r.custom_metadata), I8.pack(r.state),
+              _TXN_TRUE_SECTION if r.txn_index_empty else _EMPTY_TAGS)
+    return parts
 
 
 def _write_update(r: SegmentUpdate, tags: _Tags) -> list[bytes]:

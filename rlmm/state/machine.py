@@ -256,10 +256,11 @@ class StateMachine:
             if target is _S.COPY_SEGMENT_FINISHED:
                 self._copy_finished(er, tpid, epoch, start, updated)
             elif target is _S.DELETE_SEGMENT_STARTED:
-                raw = self.kv.get(K.OFFSETS, K.offset_key(tpid, epoch, start))
-                current = None if raw is None else RefEntry.unpack(raw)
-                if current is not None and current.segment_id == segment_id:
-                    self._referenced_remove(er, tpid, epoch, start, current)
+                if self._memberships(tpid, segment_id).get(epoch, 0) & REFERENCED:
+                    # the epoch's index holds the segment at its start in the epoch, as written from this
+                    # same metadata: a FINISHED segment's offsets, size and txn flag never change
+                    self._referenced_remove(er, tpid, epoch, start, RefEntry(
+                        segment_id, epoch_end(existing, epoch), existing.end_offset, existing.txn_index_empty, size))
                 self._unreferenced_add(er, tpid, epoch, segment_id, size)
             else:
                 self._unreferenced_remove(er, tpid, epoch, segment_id, size)
@@ -314,11 +315,11 @@ class StateMachine:
 
     def _segment(self, tpid: bytes, segment_id: bytes) -> SegmentMetadata | None:
         key = tpid + segment_id
-        try:
-            return self._segments[key]
-        except KeyError:
-            segment = self._segments[key] = load_segment(self.kv, tpid, segment_id)
-            return segment
+        segments = self._segments
+        if key in segments:  # (not try/except KeyError: a compiled raise costs a traceback)
+            return segments[key]
+        segment = segments[key] = load_segment(self.kv, tpid, segment_id)
+        return segment
 
     def _put_segment(self, row: PartitionRow, old: SegmentMetadata | None, new: SegmentMetadata | None) -> None:
         """Replace a segment's metadata (None = absent) and keep every aggregate that depends on it."""
@@ -444,12 +445,20 @@ class StateMachine:
         prefix = K.epoch_prefix(tpid, epoch)
         key = K.offset_key(tpid, epoch, start)
         prev = None if start == er.first_key else self._neighbour_below(prefix, start)
-        nxt = None if start == er.last_key else self._neighbour_above(prefix, start)
+        nxt = None
+        if start == er.last_key:
+            next_start, was_break = None, False
+        elif prev is None and self.kv.get(K.BREAKS, key) is None:
+            # the first entry (retention's case) and no break: the next entry starts right after it, no seek
+            next_start, was_break = entry.end_offset + 1, False
+        else:
+            nxt = self._neighbour_above(prefix, start)
+            next_start, was_break = None if nxt is None else nxt[0], _is_break(entry, nxt)
         self.kv.delete(K.OFFSETS, key)
         self._update_index(K.TXN, key, not entry.txn_index_empty, False)
-        self._update_index(K.BREAKS, key, _is_break(entry, nxt), False)
+        self._update_index(K.BREAKS, key, was_break, False)
         if start == er.first_key:
-            er.first_key = None if nxt is None else nxt[0]
+            er.first_key = next_start
         if start == er.last_key:
             er.last_key = None if prev is None else prev[0]
             er.last_end = 0 if prev is None else prev[1].end_offset

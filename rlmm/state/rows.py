@@ -151,6 +151,9 @@ _MEMBERSHIP: Final = struct.Struct(">iB")
 
 def pack_memberships(members: dict[int, int]) -> bytes:
     """A segment's memberships: (epoch, flags) pairs, flags 1 = referenced, 2 = unreferenced."""
+    if len(members) == 1:  # most segments lie in one epoch
+        for epoch, flags in members.items():
+            return _MEMBERSHIP.pack(epoch, flags)
     return b"".join(_MEMBERSHIP.pack(epoch, flags) for epoch, flags in sorted(members.items()))
 
 
