@@ -43,6 +43,7 @@ MIN_OFFSET: Final = -(1 << 63)
 _TP_IDENTITY: Final = struct.Struct(">16si")
 _EPOCH_KEY: Final = struct.Struct(">4sI")
 _OFFSET_KEY: Final = struct.Struct(">4sIQ")
+_MAX_TIMESTAMP_KEY: Final = struct.Struct(">4sQQ16s")  # tpid, max ts, end offset, segment id
 EPOCH_PREFIX_LEN: Final = _EPOCH_KEY.size  # an offset key is its epoch prefix and the offset
 
 SCHEMA_VERSION_KEY: Final = b"schema_version"
@@ -87,7 +88,7 @@ def offset_key(tpid: bytes, epoch: int, offset: int) -> bytes:
 
 
 def max_timestamp_key(tpid: bytes, max_timestamp_ms: int, end_offset: int, segment_id: bytes) -> bytes:
-    return tpid + offset_bytes(max_timestamp_ms) + offset_bytes(end_offset) + segment_id
+    return _MAX_TIMESTAMP_KEY.pack(tpid, max_timestamp_ms + _I64_FLIP, end_offset + _I64_FLIP, segment_id)
 
 
 def quarantine_key(metadata_partition: int, offset: int) -> bytes:
