@@ -42,6 +42,7 @@ from consumers.manager import RemoteLogMetadataManager
 from consumers.topic import ensure_topic
 from rlmm.compiled import core_build
 from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate
+from rlmm.runtime import tune_gc
 from rlmm.state.view import View
 from rlmm.workload import Event, Workload, WorkloadConfig
 
@@ -225,6 +226,7 @@ def main() -> None:
     parser.add_argument("--bootstrap-server", help="use this broker instead of a local Tansu")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    tune_gc()  # as the rlmm commands do
     result = run(args.bootstrap_server, args.events, min(args.restart_at, args.events), args.writes, args.seed)
     result["core"] = core_build()
     result["targets_met"] = {
