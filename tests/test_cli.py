@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+from rlmm.runtime import GC_THRESHOLDS
 from tests.compat import compat_dir, load_records
 
 
@@ -58,8 +59,6 @@ def test_help_of_every_command() -> None:
 
 
 def test_rlmm_commands_run_with_the_tuned_garbage_collector() -> None:
-    from rlmm.runtime import GC_THRESHOLDS
-
     probe = ("import atexit, gc, sys; from rlmm.cli import main; "
              "atexit.register(lambda: print(list(gc.get_threshold()), file=sys.stderr)); main(['decode'])")
     result = subprocess.run([sys.executable, "-c", probe], input=b"", capture_output=True)

@@ -448,7 +448,7 @@ class StateMachine:
         nxt = None
         if start == er.last_key:
             next_start, was_break = None, False
-        elif prev is None and self.kv.get(K.BREAKS, key) is None:
+        elif start == er.first_key and self.kv.get(K.BREAKS, key) is None:
             # the first entry (retention's case) and no break: the next entry starts right after it, no seek
             next_start, was_break = entry.end_offset + 1, False
         else:
