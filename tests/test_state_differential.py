@@ -62,14 +62,44 @@ updates = st.builds(
 )
 partition_deletes = st.builds(PartitionDelete, tp=st.just(ASSIGNED), broker_id=st.just(0),
                               event_timestamp_ms=st.just(0), state=st.sampled_from(list(PartitionDeleteState)))
-records = st.one_of(segments(), segments(), updates, updates, updates, segments(OTHER),
+
+
+@st.composite
+def chains(draw):
+    """Contiguous segments of one epoch range, each added and finished, and deletions of some of them for
+    later in the stream: an epoch's offset index then loses first entries (retention), middle and last
+    ones, with the chain continuing after them or broken."""
+    ids = draw(st.permutations(SEGMENT_IDS))[:draw(st.integers(2, 4))]
+    epoch, start = draw(st.integers(0, 4)), draw(st.integers(0, 20))
+    now, later = [], []
+    for segment_id in ids:
+        end = start + draw(st.integers(0, 12))
+        segment = SegmentMetadata(ASSIGNED, segment_id, start, end, 0, draw(st.integers(-1, 5)), 0,
+                                  ((epoch, start),), draw(st.integers(0, 100)), None,
+                                  SegmentState.COPY_SEGMENT_STARTED, draw(st.booleans()))
+        now += [segment, SegmentUpdate(ASSIGNED, segment_id, 0, 0, None, SegmentState.COPY_SEGMENT_FINISHED)]
+        if draw(st.booleans()):
+            later.append(SegmentUpdate(ASSIGNED, segment_id, 0, 0, None, SegmentState.DELETE_SEGMENT_STARTED))
+        start = end + 1 + draw(st.sampled_from([0, 0, 0, 1, -1]))  # mostly contiguous
+    return now, later
+
+
+records = st.one_of(segments(), segments(), updates, updates, updates, segments(OTHER), chains(),
                     partition_deletes.filter(lambda r: r.state is not PartitionDeleteState.DELETE_PARTITION_FINISHED),
                     st.just(None))  # None: redeliver an earlier record
 
 
 @st.composite
 def streams(draw):
-    body = draw(st.lists(records, min_size=1, max_size=60))
+    body, deferred = [], []
+    for drawn in draw(st.lists(records, min_size=1, max_size=60)):
+        if isinstance(drawn, tuple):  # a chain: records now, deletions for later
+            body += drawn[0]
+            deferred += [(len(body), record) for record in drawn[1]]
+        else:
+            body.append(drawn)
+    for after, record in deferred:
+        body.insert(draw(st.integers(min(after, len(body)), len(body))), record)
     if draw(st.integers(0, 9)) == 0:  # sometimes the partition is deleted somewhere in the stream
         body.insert(draw(st.integers(0, len(body))), PartitionDelete(ASSIGNED, 0, 0, PartitionDeleteState.DELETE_PARTITION_FINISHED))
     events = []
