@@ -259,8 +259,6 @@ def spark_session(master: str = "local[*]", app: str = "rlmm-snapshot", conf: di
     return spark
 
 
-
-
 def _fold_group(records, bases):
     """One user partition: its records (an Arrow table) folded over its state in the older snapshot, if
     any; or the quarantine group: its records as quarantine entries."""

@@ -38,8 +38,10 @@ def lookups(epochs: int, last_offset: int, step: int = 7) -> list[tuple[int, int
 
 
 def batch(view: View, asked: list[tuple[int, int, int]]) -> list:
+    queries = view.queries
+    indexes, epochs, offsets = ([lookup[i] for lookup in asked] for i in range(3))
     return [a if a is None or isinstance(a, bytes) else a.kafka_name
-            for a in view.queries.remote_log_segment_values([TP], asked)]
+            for a in queries.segment_values(queries.lookup_partitions([TP]), indexes, epochs, offsets)]
 
 
 def single(view: View, asked: list[tuple[int, int, int]]) -> list:

@@ -73,22 +73,16 @@ class Queries:
         found = self._lookup(tpid, epoch, offset, self._epoch_row(tpid, epoch))
         return None if found is None else decode_segment(found[1].value)
 
-    def remote_log_segment_values(self, partitions: Sequence[TopicIdPartition],
-                                  lookups: Sequence[tuple[int, int, int]]) -> list[bytes | None | KafkaStateError]:
-        """``remote_log_segment_metadata`` of each (index in ``partitions``, leader epoch, offset), a
-        segment as its topic value (undecoded) and a failing lookup as its partition's error."""
-        indexes, epochs, offsets = (list(column) for column in zip(*lookups)) if lookups else ([], [], [])
-        return self.segment_values(self.lookup_partitions(partitions), indexes, epochs, offsets)
-
     def lookup_partitions(self, partitions: Sequence[TopicIdPartition]) -> list[bytes | KafkaStateError]:
         """Each partition's key in the view, or the error its lookups fail with."""
         return [self._ready_tpid_or_error(tp) for tp in partitions]
 
     def segment_values(self, tpids: Sequence[bytes | KafkaStateError], indexes: Sequence[int],
                        epochs: Sequence[int], offsets: Sequence[int]) -> list[bytes | None | KafkaStateError]:
-        """``remote_log_segment_values`` in columns: lookup i is (``tpids[indexes[i]]``, ``epochs[i]``,
-        ``offsets[i]``), its partition checked by ``lookup_partitions``. The floor entries come from the
-        offset cache when there is one (seeks otherwise)."""
+        """``remote_log_segment_metadata`` of lookups given in columns: lookup i is (``tpids[indexes[i]]``,
+        ``epochs[i]``, ``offsets[i]``), its partition checked by ``lookup_partitions``. A segment comes as
+        its topic value (undecoded), a failing lookup as its partition's error. The floor entries come from
+        the offset cache when there is one (seeks otherwise)."""
         answers: list = [tpids[p] for p in indexes]
         epoch_prefix = K.epoch_prefix
         asked = [i for i, tpid in enumerate(answers) if type(tpid) is bytes]
