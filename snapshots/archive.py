@@ -19,6 +19,7 @@ import fastavro
 
 from snapshots.format import SCHEMA_DIR, SnapshotError, _sha256
 from snapshots.kafka_io import end_offsets, num_partitions, read_range
+from snapshots.staging import staging_path
 
 ARCHIVE_SCHEMA = fastavro.parse_schema(json.loads((SCHEMA_DIR / "archive.v1.avsc").read_text()))
 ARCHIVE_MANIFEST = "archive.json"
@@ -30,7 +31,7 @@ def archive(bootstrap: str, topic: str, out: str | Path, *, records_per_file: in
     out = Path(out)
     if out.exists():
         raise SnapshotError(f"{out} exists: an archive is written into a new directory")
-    tmp = out.with_name(out.name + f".partial-{os.getpid()}")
+    tmp = staging_path(out, "partial")
     tmp.mkdir(parents=True)
     try:
         if progress:

@@ -30,6 +30,7 @@ from rlmm.records.model import PartitionDelete, PartitionDeleteState, SegmentMet
 from rlmm.state import keys as K
 from rlmm.state.export import EpochState, PartitionState
 from rlmm.state.view import QuarantinedRecord
+from snapshots.staging import staging_path
 
 FORMAT = "rlmm-snapshot"
 FORMAT_VERSION = 1
@@ -174,7 +175,7 @@ def write_snapshot(directory: str | Path, states: Iterable[PartitionState], quar
     directory = Path(directory)
     if directory.exists():
         raise SnapshotError(f"{directory} exists: a snapshot is written into a new directory")
-    tmp = staging or directory.with_name(directory.name + f".partial-{os.getpid()}")
+    tmp = staging or staging_path(directory, "partial")
     tmp.mkdir(parents=True, exist_ok=staging is not None)
     try:
         if partition_files is None:

@@ -351,6 +351,7 @@ def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = 
     from rlmm.state.keys import tp_identity
     from snapshots.fold import UNROUTABLE_KEY
     from snapshots.format import SnapshotError, quarantine_from_avro, read_snapshot, state_to_avro, write_snapshot
+    from snapshots.staging import staging_path
     say = progress or (lambda _: None)
     out = Path(out)
     if out.exists():
@@ -392,7 +393,7 @@ def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = 
         for mp, offset in after.items():
             last[mp] = max(last.get(mp, -1), offset)
     sc = spark.sparkContext
-    staging = out.with_name(out.name + f".partial-{os.getpid()}")
+    staging = staging_path(out, "partial")
     staging.mkdir(parents=True)
     try:
         with _Progress(spark, say):

@@ -16,6 +16,7 @@ from rlmm.state.kv import MemoryKV, ReadKV, scan
 from rlmm.state.rows import PartitionRow
 from rlmm.state.view import View
 from snapshots.format import Snapshot, SnapshotError, read_snapshot, write_snapshot
+from snapshots.staging import staging_path
 
 PARALLEL_ABOVE = 50_000  # segments + partitions from which restore uses one worker process per core
 
@@ -114,7 +115,7 @@ def restore(snapshot_dir: str | Path, db: str | Path, progress: Callable[[str], 
     for f in files:
         runs[min(workers - 1, filled * workers // total)].append(f)
         filled += f.get("segments", 0) + f["records"]
-    tmp = db.with_name(db.name + f".restoring-{os.getpid()}")
+    tmp = staging_path(db, "restoring")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         sst_dir = tmp / "ingest"

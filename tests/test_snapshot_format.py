@@ -5,7 +5,10 @@ differences; the CLI."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -176,3 +179,34 @@ def test_parallel_restore_from_many_files(workers, tmp_path, monkeypatch):
     with pytest.raises(SnapshotError):
         restore(tmp_path / "snap", tmp_path / "again", workers=workers)
     assert not list(tmp_path.glob("again*"))
+
+
+_KILLED_MIDWAY = """
+import os, signal, sys
+import snapshots.format as fmt, snapshots.restore as rst
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+fmt.partition_file_entry = die  # export dies while writing its first file
+rst._partition_rows = die  # restore dies while building its first rows
+if sys.argv[1] == "export":
+    rst.export(sys.argv[2], sys.argv[3], 5)
+else:
+    rst.restore(sys.argv[2], sys.argv[3])
+"""
+
+
+def test_folders_of_killed_export_and_restore_are_removed_by_the_next_run(snapshot, tmp_path):
+    for command, source, target, kind in [("export", tmp_path / "live", tmp_path / "snap2", "partial"),
+                                          ("restore", snapshot, tmp_path / "restored", "restoring")]:
+        killed = subprocess.run([sys.executable, "-c", _KILLED_MIDWAY, command, str(source), str(target)])
+        assert killed.returncode == -9
+        left = list(tmp_path.glob(f"{target.name}.{kind}-*"))
+        assert len(left) == 1  # the killed process's folder
+        live = tmp_path / f"{target.name}.{kind}-{os.getppid()}"  # a running process's folder stays
+        live.mkdir()
+        if command == "export":
+            export(source, target, 5)
+        else:
+            restore(source, target)
+        assert sorted(p.name for p in tmp_path.glob(f"{target.name}.*")) == [live.name]
+        shutil.rmtree(live)
