@@ -51,6 +51,33 @@ def _die_with_parent() -> None:
         _prctl(_PR_SET_PDEATHSIG, _SIGKILL)
 
 
+def _listener_inodes(port: int) -> set[str]:
+    """Inodes of the loopback/any-address TCP sockets listening on ``port`` (Linux: /proc/net/tcp*)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(fields[9])
+    return inodes
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket listening on ``port`` (True where /proc cannot tell)."""
+    inodes = _listener_inodes(port)
+    if not inodes:
+        return not Path("/proc/net/tcp").exists()
+    try:
+        links = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+    except OSError:
+        return False
+    return any(f"socket:[{inode}]" in links for inode in inodes)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -77,6 +104,12 @@ class LocalBroker:
         return self.process.pid
 
     def start(self, timeout: float = 15.0) -> LocalBroker:
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", self.port))
+        except OSError as exc:
+            raise BrokerError(f"port {self.port} is taken ({exc.strerror}): another broker or process listens "
+                              f"there; pick another port or leave --port out") from None
         url = f"tcp://127.0.0.1:{self.port}"
         command = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
                    "--storage-engine", "memory://tansu/"]
@@ -91,19 +124,27 @@ class LocalBroker:
                     self._check_ready()
         except BaseException as exc:
             self.stop()
-            tail = self.log_path.read_text(errors="replace")[-2000:]
             raise BrokerError(f"Tansu did not become ready on {self.bootstrap_servers} within {timeout} s "
-                              f"({exc!r}); its log ends with:\n{tail}") from exc
+                              f"({exc!r}); its log ends with:\n{self.log_tail()}") from exc
         return self
 
     def _check_ready(self) -> None:
-        if self.process.poll() is not None:
-            raise BrokerError(f"Tansu exited with status {self.process.returncode}")
+        if self.exit_status() is not None:
+            raise BrokerError(f"Tansu exited with status {self.exit_status()}")
+        if not _listens(self.pid, self.port):  # not yet, or another process took the port meanwhile
+            raise _NotReady(f"Tansu (pid {self.pid}) does not listen on port {self.port}")
         socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
         try:
             AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(timeout=2)
         except Exception as exc:  # confluent-kafka raises KafkaException until metadata is served
             raise _NotReady(str(exc)) from exc
+
+    def exit_status(self) -> int | None:
+        """The broker process's exit status once it has ended (a negative signal number if killed)."""
+        return None if self.process is None else self.process.poll()
+
+    def log_tail(self, chars: int = 2000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
 
     def stop(self, timeout: float = 2.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` s (Tansu may wait for its clients to go; the memory

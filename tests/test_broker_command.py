@@ -1,0 +1,35 @@
+"""``rlmm broker``: it reports the broker it started, and only that one, and fails when that broker dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+
+def _run_broker(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rlmm.cli", "broker", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_a_taken_port_is_an_error_not_someone_elses_broker(kafka) -> None:
+    port = kafka.bootstrap_servers.rsplit(":", 1)[1]
+    run = _run_broker("--port", port)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 1 and out == ""
+    assert f"port {port} is taken" in err and "Traceback" not in err
+
+
+def test_the_command_fails_when_its_broker_dies() -> None:
+    run = _run_broker()
+    try:
+        started = json.loads(run.stdout.readline())
+        os.kill(started["pid"], signal.SIGKILL)
+        _, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1
+    assert f"the broker (pid {started['pid']}) exited with status -9" in err and "Traceback" not in err
