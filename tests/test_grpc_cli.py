@@ -99,7 +99,7 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
 def test_settings_come_from_file_then_environment_then_flags(tmp_path, monkeypatch) -> None:
     config = tmp_path / "rlmm.toml"
     config.write_text('view = "/file"\nlisten = "127.0.0.1:1"\ngrace_s = 5\nbootstrap_servers = "file:9092"\n'
-                      'write_tokens = ["from-file"]\n[kafka]\n"remote.log.metadata.topic.num.partitions" = 7\n'
+                      'write_tokens = ["from-file"]\nwrite_tokens_over_plaintext = true\n[kafka]\n"remote.log.metadata.topic.num.partitions" = 7\n'
                       '"remote.log.metadata.consume.all.partitions" = true\n')
     monkeypatch.setenv("RLMM_LISTEN", "127.0.0.1:2")
     monkeypatch.setenv("RLMM_GRACE_S", "6")
@@ -120,3 +120,6 @@ def test_settings_come_from_file_then_environment_then_flags(tmp_path, monkeypat
     done = subprocess.run([*RLMM, "serve", "--view", str(tmp_path), "--write-subject", "CN=x"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2 and "write_subjects needs mutual TLS" in done.stderr
+    done = subprocess.run([*RLMM, "serve", "--view", str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "RLMM_WRITE_TOKENS": '["s3cret"]'})
+    assert done.returncode == 2 and "write_tokens without TLS would travel in clear" in done.stderr

@@ -54,7 +54,11 @@ class ServeSettings(BaseSettings):
                                                   "to write and register. Setting this or write_tokens turns write "
                                                   "authorization on.")
     write_tokens: list[SecretStr] = Field(default_factory=list,
-                                          description="Bearer tokens allowed to write and register.")
+                                          description="Bearer tokens allowed to write and register. They "
+                                                      "need TLS, unless write_tokens_over_plaintext is set.")
+    write_tokens_over_plaintext: bool = Field(
+        False, description="Accept write_tokens without TLS, where they travel in clear: only on loopback or a "
+                           "network protected otherwise.")
     read_threads: int = Field(2, ge=1, description="Threads answering reads (more only adds contention here).")
     stream_threads: int = Field(4, ge=1, description="Threads serving ListRemoteLogSegments streams.")
     write_threads: int = Field(16, ge=1, description="Threads for writes and registrations, which wait for "
@@ -102,6 +106,9 @@ class ServeSettings(BaseSettings):
         if self.write_subjects and self.tls_client_ca is None:
             raise ValueError("write_subjects needs mutual TLS (tls_client_ca): without it no client presents a "
                              "certificate")
+        if self.write_tokens and self.tls_cert is None and not self.write_tokens_over_plaintext:
+            raise ValueError("write_tokens without TLS would travel in clear: serve TLS (tls_cert, tls_key), or set "
+                             "write_tokens_over_plaintext where the network is protected otherwise")
         if (self.kafka or self.partitions) and self.bootstrap is None:
             raise ValueError("kafka settings and partitions need bootstrap servers")
         self.rlmm_config()  # Kafka's names and values checked now, not when the consumer starts
