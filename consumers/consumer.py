@@ -11,17 +11,24 @@
   applied up to the end offset seen at registration. That end offset is the high watermark of the
   first fetch after the (re)assignment (Tansu's ListOffsets answer is wrong, its fetch high watermark
   is right; on Kafka both are right). A restarted consumer withdraws readiness until it has caught up.
+* The topic must stay the one the view was built from. Its id (stored in the view on first sight) and
+  partition count are checked at start, every ``TOPIC_CHECK_S`` and before anything is applied after the
+  connection to the broker broke; a record below the position the consumer expects, or an end offset
+  that stays below it, means the offsets went backwards. Any of these stops the consumer with a
+  ``TopicChangedError`` before the batch that showed it is applied: a view never mixes two histories.
 * Registration changes, holds and the Kafka client are handled by the consumer's own thread only.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import queue
 import struct
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -30,10 +37,11 @@ from confluent_kafka.admin import AdminClient
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from consumers.config import RlmmConfig
-from consumers.topic import ensure_topic
+from consumers.topic import TopicChangedError, describe_topic, ensure_topic
 from consumers.watcher import OffsetWatcher
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.partitioner import metadata_partition
+from rlmm.state.errors import ViewDamaged, ViewError, ViewStorageFailed
 from rlmm.state.view import Batch, View
 
 log = logging.getLogger(__name__)
@@ -43,6 +51,7 @@ log = logging.getLogger(__name__)
 # ListOffsets round trip, which Tansu answers only after ~0.5 s.
 BEGINNING = 0
 _REREAD = b"reread:"  # consumer state key prefix: metadata partition -> offset its reading again must pass
+_TOPIC_ID = b"topic_id"  # consumer state key: the id of the topic the view was built from
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
 
@@ -50,7 +59,16 @@ POLL_TIMEOUT_S = 0.1  # longest wait for records before registration requests ar
 END_REFRESH_S = 0.5  # how often idle partitions' end offsets are read from the client's fetch state
 MAX_RETRY_WAIT_S = 5.0
 INIT_REQUEST_TIMEOUT_S = 5.0  # per admin request while initializing (bounds how long a stop may wait)
+STORAGE_RETRY_S = 0.5  # first wait before writing a view that refused a write again; doubles up to:
+MAX_STORAGE_RETRY_S = 30.0
+TOPIC_CHECK_S = 5.0  # how often the topic's id and partition count are checked while consuming
+TOPIC_CHECK_TIMEOUT_S = 2.0
+BEHIND_GRACE_S = 5.0  # how long an end offset may stay below the consumer's position (a new leader's high
+# watermark can lag for a moment on Kafka) before the offsets count as gone backwards
 _EOF = KafkaError._PARTITION_EOF
+# errors after which nothing is applied before the topic is checked again (the broker may have lost it)
+_CONNECTION_ERRORS = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+                                KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION})
 
 
 @dataclass(frozen=True)
@@ -82,7 +100,15 @@ class MetadataConsumer:
         self._thread = threading.Thread(target=self._run, name="rlmm-consumer", daemon=True)
         self._client: Consumer | None = None
         self._broker: tuple[int, float | None] = (0, None)  # brokers up, ms since the last response
-        # state of the consumer thread
+        self._admin: AdminClient | None = None
+        self._limits: dict[int, int] = {}
+        self.topic_changes: Counter[str] = Counter()  # changes of the topic detected, by kind
+        self.storage_failure: str | None = None  # why the view cannot be written now (the consumer waits)
+        self.storage_failures = 0  # times writing the view failed and the consumer waited for it
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        """The consumer thread's own state, as a start (or a restart after the view failed) finds it."""
         self._registered: dict[TopicIdPartition, int] = {}  # user partition -> its metadata partition
         self._pending: dict[int, dict[TopicIdPartition, int | None]] = {}  # mp -> not ready -> end offset to reach
         self._rewind: set[int] = set()  # metadata partitions to read again from the beginning
@@ -90,9 +116,13 @@ class MetadataConsumer:
         self._assigned: set[int] = set()
         self._positions: dict[int, int | None] = {}
         self._ends: dict[int, int] = {}
-        self._limits: dict[int, int] = {}
         self._held: set[int] = set()
         self._ends_refreshed = 0.0
+        self._topic_id: str | None = None  # stored in the view
+        self._topic_unverified = True  # nothing is applied until the topic is checked
+        self._topic_check_due = 0.0
+        self._topic_missing = 0  # consecutive checks that did not find the topic
+        self._behind_since: dict[int, float] = {}  # metadata partition -> since when its end is below its position
 
     # ---- control (any thread) ---------------------------------------------------------------------
 
@@ -109,8 +139,9 @@ class MetadataConsumer:
 
     @property
     def initialized(self) -> bool:
-        """The topic is known good and the client runs (Kafka's ``isInitialized``)."""
-        return self._initialized.is_set() and self.failure is None and not self._stopping.is_set()
+        """The topic is known good and the client runs (Kafka's ``isInitialized``), on a view it can write."""
+        return (self._initialized.is_set() and self.failure is None and self.storage_failure is None
+                and not self._stopping.is_set())
 
     def wait_initialized(self, timeout: float | None = None) -> bool:
         return self._initialized.wait(timeout)
@@ -182,27 +213,65 @@ class MetadataConsumer:
         try:
             if not self._initialize():
                 return
-            self._client = Consumer({**self.config.consumer_config(), "error_cb": self._on_error,
-                                     "stats_cb": self._on_stats})
+            while not self._stopping.is_set():
+                try:
+                    self._consume()
+                    continue
+                except ViewStorageFailed as exc:
+                    if isinstance(exc, ViewDamaged):
+                        raise
+                    problem = str(exc)
+                self._wait_for_storage(problem)  # out of the except block: its traceback refers to the old database
+        except BaseException as exc:
+            self.failure = exc
+            log.error("the metadata consumer stopped: %s", exc,
+                      exc_info=not isinstance(exc, (KafkaException, TopicChangedError, ViewError)))
+            self.watcher.fail_all(exc)
+        finally:
+            with self._ready_changed:
+                self._ready_changed.notify_all()
+
+    def _consume(self) -> None:
+        self._client = Consumer({**self.config.consumer_config(), "error_cb": self._on_error,
+                                 "stats_cb": self._on_stats})
+        try:
             self._reassign()
             self._initialized.set()
             while not self._stopping.is_set():
                 self._serve_requests()
-                self._poll()
-        except BaseException as exc:
-            self.failure = exc
-            log.error("the metadata consumer stopped: %s", exc, exc_info=not isinstance(exc, KafkaException))
-            self.watcher.fail_all(exc)
+                if self._topic_checked():
+                    self._poll()
         finally:
-            if self._client is not None:
-                self._client.close()
-            with self._ready_changed:
-                self._ready_changed.notify_all()
+            self._client.close()
+            self._client = None
+
+    def _wait_for_storage(self, problem: str) -> None:
+        """The view refused a write (a full disk...): nothing was applied of the batch. Try to open and write
+        it again, with backoff, then consume from where the view stands, as a restarted consumer would."""
+        self.storage_failure = f"{problem}; retrying"
+        self.storage_failures += 1
+        log.error("the view cannot be written (%s): nothing is applied until it can; retrying", problem)
+        delay = STORAGE_RETRY_S
+        while not self._stopping.wait(delay):
+            gc.collect()  # what still refers to the old database (failed batches) holds the view's lock
+            try:
+                self.view.reopen()
+                self._reset_state()
+                self._load_registry()
+            except ViewStorageFailed as exc:
+                if isinstance(exc, ViewDamaged):
+                    raise
+                log.info("the view still cannot be written: %s", exc)
+                delay = min(delay * 2, MAX_STORAGE_RETRY_S)
+                continue
+            log.info("the view can be written again: consuming from offsets %s", self.initial_positions)
+            self.storage_failure = None
+            return
 
     def _initialize(self) -> bool:
         """Ensure the metadata topic, retrying with backoff while the broker cannot be reached; a topic
         that cannot be used (``TopicMismatchError``) is fatal. False when stopped meanwhile."""
-        admin = AdminClient(self.config.admin_config())
+        admin = self._admin = AdminClient(self.config.admin_config())
         started = time.monotonic()
 
         def report(state: RetryCallState) -> None:
@@ -232,7 +301,59 @@ class MetadataConsumer:
     def _on_error(self, error: KafkaError) -> None:
         if error.fatal():
             raise KafkaException(error)
+        if error.code() in _CONNECTION_ERRORS:
+            self._topic_unverified = True
         log.warning("Kafka client: %s", error)
+
+    # ---- the topic stays the one the view was built from --------------------------------------------
+
+    def _topic_checked(self) -> bool:
+        """Check the topic when due; whether records may be applied now (not before a check that the
+        broker could not answer since the connection broke)."""
+        now = time.monotonic()
+        if self._topic_unverified or now >= self._topic_check_due:
+            if self._verify_topic():
+                self._topic_unverified = False
+            self._topic_check_due = now + TOPIC_CHECK_S
+        if self._topic_unverified:
+            self._stopping.wait(POLL_TIMEOUT_S)
+            self._topic_check_due = 0.0
+            return False
+        return True
+
+    def _verify_topic(self) -> bool:
+        """Whether the broker confirmed the topic is the view's; raises ``TopicChangedError`` when it is
+        not. False when the broker could not tell (unreachable, or the topic missing once)."""
+        topic = self.config.topic
+        try:
+            identity = describe_topic(self._admin, topic, TOPIC_CHECK_TIMEOUT_S)
+        except KafkaException as exc:
+            log.debug("cannot check the metadata topic now: %s", exc)
+            return False
+        finally:
+            self._admin.poll(0)  # serve the client's log lines
+        if identity is None:
+            self._topic_missing += 1
+            if self._topic_missing >= 2:
+                self._changed("topic_deleted", f"the broker no longer knows the metadata topic {topic!r}")
+            return False
+        self._topic_missing = 0
+        if identity.partitions != self.config.num_partitions:
+            self._changed("partition_count_changed", f"the metadata topic {topic!r} now has {identity.partitions} "
+                          f"partitions, not {self.config.num_partitions}")
+        if identity.topic_id is not None:
+            if self._topic_id is None:
+                with self.view.batch() as batch:
+                    batch.put_consumer_state(_TOPIC_ID, identity.topic_id.encode())
+                self._topic_id = identity.topic_id
+            elif identity.topic_id != self._topic_id:
+                self._changed("topic_id_changed", f"the metadata topic {topic!r} now has the topic id "
+                              f"{identity.topic_id}, the view was built from topic id {self._topic_id}")
+        return True
+
+    def _changed(self, kind: str, seen: str) -> None:
+        self.topic_changes[kind] += 1
+        raise TopicChangedError(kind, self.config.topic, seen)
 
     def _on_stats(self, stats_json: str) -> None:
         brokers = [b for b in json.loads(stats_json)["brokers"].values() if b["nodeid"] >= 0]
@@ -242,13 +363,16 @@ class MetadataConsumer:
     # ---- registrations ------------------------------------------------------------------------------
 
     def _load_registry(self) -> None:
-        """Before the thread starts: every partition the view has assigned is registered again, not ready
-        until caught up; a reading again from the beginning that a killed run left unfinished starts over."""
+        """Before the thread starts (and once a view that refused a write takes writes again): every
+        partition the view has assigned is registered again, not ready until caught up; a reading again
+        from the beginning that a killed run left unfinished starts over."""
         for mp, offset in self.view.metadata_offsets().items():
             self.initial_positions[mp] = offset + 1
             self.watcher.applied_up_to(mp, offset + 1)
         for key, value in self.view.consumer_state().items():
-            if key.startswith(_REREAD):  # a reading again that a previous run did not finish
+            if key == _TOPIC_ID:
+                self._topic_id = value.decode()
+            elif key.startswith(_REREAD):  # a reading again that a previous run did not finish
                 mp = _U32.unpack_from(key, len(_REREAD))[0]
                 self._reread_until[mp] = _I64.unpack(value)[0]
                 self._rewind.add(mp)
@@ -366,6 +490,9 @@ class MetadataConsumer:
         messages = [first]
         if self.config.max_batch_records > 1:
             messages += client.consume(self.config.max_batch_records - 1, timeout=0)
+        if self._topic_unverified:  # the connection broke while these were fetched: check the topic first
+            self._read_again(messages)
+            return
         positions, limits = self._positions, self._limits
         applied: dict[int, int] = {}
         held: dict[int, int] = {}
@@ -380,10 +507,12 @@ class MetadataConsumer:
                     if error.code() != _EOF:
                         self._on_message_error(mp, error)
                     elif mp not in held:  # the end of a partition: the position and end offset of this fetch
+                        self._check_not_below(mp, message.offset())
                         positions[mp] = message.offset()
                         seen.add(mp)
                     continue
                 offset = message.offset()
+                self._check_not_below(mp, offset)
                 if limits and mp in limits and offset >= limits[mp]:
                     held.setdefault(mp, offset)
                     continue
@@ -409,19 +538,44 @@ class MetadataConsumer:
             with self._ready_changed:
                 self._ready_changed.notify_all()
 
-    @staticmethod
-    def _on_message_error(mp: int, error: KafkaError) -> None:
+    def _check_not_below(self, mp: int, offset: int) -> None:
+        """A record (or a partition's end) below the next offset the consumer expects: the offsets went back."""
+        expected = self._positions.get(mp)
+        if expected is not None and offset < expected:
+            self._changed("offsets_backwards", f"metadata partition {mp} gave offset {offset}, below the next "
+                          f"offset {expected} the view expects (it applied up to {expected - 1})")
+
+    def _read_again(self, messages: list) -> None:
+        """Seek each partition back to the first record of ``messages``, which are not applied."""
+        firsts: dict[int, int] = {}
+        for message in messages:
+            if message.error() is None:
+                firsts.setdefault(message.partition(), message.offset())
+        for mp, offset in firsts.items():
+            self._client.seek(TopicPartition(self.config.topic, mp, offset))
+
+    def _on_message_error(self, mp: int, error: KafkaError) -> None:
         if error.fatal():
             raise KafkaException(error)
+        if error.code() in _CONNECTION_ERRORS:
+            self._topic_unverified = True
         log.warning("metadata partition %d: %s", mp, error)  # the client retries by itself
 
     def _refresh_ends(self, mps: Iterable[int]) -> None:
-        """End offsets from the client's last fetch responses (no request to the broker)."""
-        client, topic = self._client, self.config.topic
+        """End offsets from the client's last fetch responses (no request to the broker). An end that stays
+        below the position the view reached means the partition lost records: ``TopicChangedError``."""
+        client, topic, now = self._client, self.config.topic, time.monotonic()
         for mp in mps:
             high = client.get_watermark_offsets(TopicPartition(topic, mp), cached=True)[1]
-            if high >= 0:
-                self._ends[mp] = high
+            if high < 0:
+                continue
+            self._ends[mp] = high
+            position = self._positions.get(mp)
+            if position is None or high >= position:
+                self._behind_since.pop(mp, None)
+            elif now - self._behind_since.setdefault(mp, now) >= BEHIND_GRACE_S:
+                self._changed("offsets_backwards", f"metadata partition {mp} ends at offset {high}, below the next "
+                              f"offset {position} the view expects (it applied up to {position - 1})")
 
     def _mark_ready(self, batch: Batch, seen: set[int]) -> bool:
         """In the batch that reaches them: mark ready the waiting partitions of the metadata partitions

@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 from consumers.config import RlmmConfig
 from consumers.consumer import MetadataConsumer
 from consumers.producer import MetadataProducer
+from consumers.topic import TopicChangedError
 from consumers.watcher import OffsetWatcher
 from rlmm.records.model import (
     PartitionDelete,
@@ -122,6 +123,7 @@ class RemoteLogMetadataManager:
         value = encode_value(record)  # refuses values that do not fit Kafka's wire types
         mp = self.consumer.metadata_partition_of(record.tp)
         deadline = time.monotonic() + self.config.consume_wait_ms / 1000
+        expected = self.watcher.applied().get(mp, 0)  # a new record lands at or after what the view applied
         sent = self._producer.send(mp, value)
         try:
             offset = sent.result(timeout=self.config.consume_wait_ms / 1000)
@@ -136,6 +138,10 @@ class RemoteLogMetadataManager:
                 raise WriteTimeoutError(f"the record for {self.config.topic}-{mp} was not acknowledged ({error}); "
                                         f"it may still have been written and be applied later") from exc
             raise WriteFailedError(f"the broker refused the record for {self.config.topic}-{mp}: {error}") from exc
+        if offset < expected:  # the view holds another history at this offset: never report it applied
+            raise TopicChangedError("offsets_backwards", self.config.topic,
+                                    f"the record for metadata partition {mp} was written at offset {offset}, below "
+                                    f"the next offset {expected} the view expects")
         if not self._applied_within(mp, offset, deadline - time.monotonic()):
             raise WriteTimeoutError(
                 f"record {self.config.topic}-{mp}@{offset} was written but not applied within "
@@ -166,5 +172,11 @@ class RemoteLogMetadataManager:
 
     # ---- operations ---------------------------------------------------------------------------------
 
+    @property
+    def producer(self) -> MetadataProducer | None:
+        """The producer of the writes (None before ``start``): its ``failure`` and ``recreated`` count."""
+        return self._producer
+
     def status(self) -> dict:
-        return {**self.consumer.status(), "counters": self.view.counters()}
+        return {**self.consumer.status(), "counters": self.view.counters(),
+                "producer_failure": None if self._producer is None else self._producer.failure}

@@ -14,7 +14,7 @@ from consumers.config import RlmmConfig
 from consumers.manager import RemoteLogMetadataManager
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.uuid import uuid_from_str
-from rlmm.state.view import View
+from rlmm.state.view import View, reset_view
 
 
 def parse_partition(text: str) -> TopicIdPartition:
@@ -37,12 +37,15 @@ def read_partitions(lines: Iterable[str]) -> list[TopicIdPartition]:
 
 
 def run(view_dir: Path, config: RlmmConfig, partitions: list[TopicIdPartition], status_every: float,
-        exit_when_ready: bool, emit: Callable[[dict], None]) -> BaseException | None:
+        exit_when_ready: bool, emit: Callable[[dict], None], reset: bool = False) -> BaseException | None:
     """Consume until SIGTERM/SIGINT (or, with ``exit_when_ready``, until every registered partition is
-    ready); emit a JSON-able status every ``status_every`` s. Returns why the consumer failed, if it did."""
+    ready); emit a JSON-able status every ``status_every`` s. ``reset``: set the view aside first and
+    consume into a fresh one (``reset_view``). Returns why the consumer failed, if it did."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    if reset:
+        partitions = partitions + reset_view(view_dir)
     with View(view_dir) as view, RemoteLogMetadataManager(view, config, partitions) as rlmm:
         consumer = rlmm.consumer
         emit({"event": "started", "start_positions": {str(mp): p for mp, p in consumer.initial_positions.items()},

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import KafkaError, KafkaException
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from consumers.config import RlmmConfig
@@ -17,6 +19,44 @@ log = logging.getLogger(__name__)
 
 class TopicMismatchError(RuntimeError):
     """The existing metadata topic cannot be used with this configuration. Not retried."""
+
+
+class TopicChangedError(RuntimeError):
+    """The metadata topic is no longer the one the view was built from: its offsets went backwards, its
+    topic id or its partition count changed, or it was deleted. Applying on would mix two histories."""
+
+    KINDS = ("offsets_backwards", "topic_id_changed", "partition_count_changed", "topic_deleted")
+
+    def __init__(self, kind: str, topic: str, seen: str) -> None:
+        super().__init__(f"{seen}: {topic!r} is not the topic this view was built from (the broker lost it, or it "
+                         f"was deleted and created again); the consumer stopped applying so as not to mix two "
+                         f"histories. Rebuild the view: restore a snapshot (rlmm snapshot restore), or consume the "
+                         f"topic again from the start into a fresh view (rlmm serve --reset, rlmm consume --reset)")
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class TopicIdentity:
+    topic_id: str | None  # Kafka's text form; None where the broker gives none
+    partitions: int
+
+
+_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's Uuid.ZERO_UUID: the broker does not know topic ids
+
+
+def describe_topic(admin: AdminClient, topic: str, timeout: float) -> TopicIdentity | None:
+    """The topic's id and partition count; None when the broker does not know the topic. Raises
+    ``KafkaException`` when the broker cannot be asked. (A describe never creates the topic, on Tansu either.)"""
+    try:
+        description = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic].result(timeout)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return None
+        raise
+    except TimeoutError:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no description of {topic} within {timeout} s")) from None
+    topic_id = str(description.topic_id) if description.topic_id is not None else _NO_TOPIC_ID
+    return TopicIdentity(None if topic_id == _NO_TOPIC_ID else topic_id, len(description.partitions))
 
 
 def topic_configs(config: RlmmConfig) -> dict[str, str]:

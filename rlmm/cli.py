@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -118,6 +119,31 @@ def quarantine(view_dir: Path, values: bool) -> None:
     click.echo(f"{count} quarantined record(s)", err=True)
 
 
+@main.group()
+def view() -> None:
+    """Look after a view on disk."""
+
+
+@view.command("check")
+@click.option("--view", "view_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The view's directory (it may be in use by a running service).")
+def check_view(view_dir: Path) -> None:
+    """Read the whole view, verifying every block's checksum, and count its entries.
+
+    Prints {"view": ..., "entries": {COLUMN_FAMILY: N, ...}, "seconds": ...} when the view is whole (exit 0);
+    exit 1, with RocksDB's message and what to do, where a block is damaged."""
+    from rlmm.state.view import View
+
+    started = time.monotonic()
+    with view_errors(view_dir):
+        with View(view_dir, read_only=True) as opened:
+            entries = {}
+            for cf, count in opened.check():
+                entries[cf] = count
+                click.echo(f"{cf}: {count} entries, checksums verified", err=True)
+    click.echo(json.dumps({"view": str(view_dir), "entries": entries, "seconds": round(time.monotonic() - started, 3)}))
+
+
 def _setup_logging(level: str) -> None:
     import logging
 
@@ -141,10 +167,13 @@ def _setup_logging(level: str) -> None:
 @click.option("--status-every", type=click.FloatRange(min=0.01), default=10.0, show_default=True,
               help="Seconds between status lines.")
 @click.option("--exit-when-ready", is_flag=True, help="Stop once every registered partition is ready.")
+@click.option("--reset", is_flag=True,
+              help="Set the existing view aside (VIEW.reset-TIMESTAMP, nothing is deleted) and consume the topic "
+                   "again from the start into a fresh view, with the same registered partitions.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]), help="Least severe log lines on stderr.")
 def consume(view_dir: Path, bootstrap: str | None, dev_broker: bool, partition_args: tuple[str, ...],
-            partitions_file, settings: tuple[str, ...], status_every: float, exit_when_ready: bool,
+            partitions_file, settings: tuple[str, ...], status_every: float, exit_when_ready: bool, reset: bool,
             log_level: str) -> None:
     """Run the service: consume the metadata topic into the view, without a consumer group.
 
@@ -174,7 +203,7 @@ def consume(view_dir: Path, bootstrap: str | None, dev_broker: bool, partition_a
         if broker is not None:
             config = dataclasses.replace(config, bootstrap_servers=broker.bootstrap_servers)
         with view_errors(view_dir):
-            failure = run(view_dir, config, partitions, status_every, exit_when_ready, emit_json(sys.stdout))
+            failure = run(view_dir, config, partitions, status_every, exit_when_ready, emit_json(sys.stdout), reset)
     finally:
         if broker is not None:
             broker.stop()
@@ -206,7 +235,11 @@ def broker(port: int | None, log_level: str) -> None:
         raise Failure(str(exc)) from None
     try:
         click.echo(json.dumps({"bootstrap_servers": local.bootstrap_servers, "pid": local.pid}))
-        stop.wait()
+        while not stop.wait(0.5):
+            status = local.exit_status()
+            if status is not None:
+                raise Failure(f"the broker (pid {local.pid}) exited with status {status}; its log ends with:\n"
+                              f"{local.log_tail()}")
     finally:
         local.stop()
 

@@ -15,9 +15,7 @@ from typing import IO, Any
 
 import click
 
-# RocksDB status texts: rocksdict raises them as plain ``Exception``
-_ROCKSDB_STATUS = ("IO error", "Corruption", "Invalid argument", "Not implemented", "Resource busy",
-                   "Operation aborted", "Result incomplete")
+from rlmm.state.errors import ViewDamaged, ViewInUse, ViewNotFound, ViewSchemaMismatch, ViewStorageFailed
 
 
 class Failure(click.ClickException):
@@ -29,26 +27,24 @@ class Failure(click.ClickException):
 
 @contextmanager
 def view_errors(path: Path) -> Iterator[None]:
-    """Turn what opening (or using) the view at ``path`` raises for a known cause into a ``Failure``: no
-    view there, a view of another schema version, a view another process holds, RocksDB refusing it."""
+    """Turn what opening (or using) the view at ``path`` raises into a ``Failure``, by its type: no view
+    there, a view of another schema version, a view another process holds, a damaged view, RocksDB
+    failing otherwise."""
     try:
         yield
-    except ValueError as exc:  # View's own checks
-        text = str(exc)
-        if text.startswith("no view at"):
-            raise Failure(f"{text}: give the directory of a view that rlmm serve, rlmm consume or rlmm snapshot "
-                          f"restore wrote") from None
-        if text.startswith("view at"):  # "view at ... has schema version ...: rebuild it ..."
-            raise Failure(text) from None
-        raise
-    except Exception as exc:
-        text = str(exc)
-        if type(exc) is not Exception or not text.startswith(_ROCKSDB_STATUS):
-            raise
-        if "lock" in text.lower():
-            raise Failure(f"the view {path} is in use by another process (rlmm serve or rlmm consume): stop it "
-                          f"or use another directory; rlmm quarantine and rlmm snapshot export read a view in "
-                          f"use") from None
-        raise Failure(f"RocksDB refused the view {path} ({text}): if it is damaged, restore it from a snapshot "
-                      f"(rlmm snapshot restore) or remove it and let rlmm serve rebuild it from the "
-                      f"topic") from None
+    except ViewNotFound as exc:
+        raise Failure(f"{exc}: give the directory of a view that rlmm serve, rlmm consume or rlmm snapshot "
+                      f"restore wrote") from None
+    except ViewSchemaMismatch as exc:  # "view at ... has schema version ...: rebuild it ..."
+        raise Failure(str(exc)) from None
+    except ViewInUse:
+        raise Failure(f"the view {path} is in use by another process (rlmm serve or rlmm consume): stop it "
+                      f"or use another directory; rlmm quarantine and rlmm snapshot export read a view in "
+                      f"use") from None
+    except ViewDamaged as exc:
+        raise Failure(f"the view {path} is damaged ({exc}): restore it from a snapshot (rlmm snapshot restore) "
+                      f"or rebuild it from the topic (rlmm serve --reset); rlmm view check reads it "
+                      f"whole") from None
+    except ViewStorageFailed as exc:
+        raise Failure(f"RocksDB failed on the view {path} ({exc}): check the disk (space, permissions); if the "
+                      f"view is damaged, restore it from a snapshot or rebuild it (rlmm serve --reset)") from None

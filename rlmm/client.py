@@ -23,7 +23,7 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay
+from tenacity import Retrying, retry_if_exception, stop_after_delay
 from tenacity.wait import wait_base, wait_exponential_jitter
 
 from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentUpdate, TopicIdPartition
@@ -55,7 +55,13 @@ class NotFoundError(RlmmError, RemoteResourceNotFound):
 
 
 class UnavailableError(RlmmError):
-    """UNAVAILABLE: retried by the client until ``retry_for`` ran out."""
+    """UNAVAILABLE: retried by the client until ``retry_for`` ran out, when retrying can help: the server
+    suggested a delay, or the transport failed (no rlmm reason). A server whose consumer stopped for good
+    (reason ``CONSUMER_STOPPED``) is not asked again."""
+
+    @property
+    def retryable(self) -> bool:
+        return self.reason is None or self.retry_after_s is not None
 
 
 class ReplicaNotAvailableError(UnavailableError, ReplicaNotAvailable):
@@ -162,8 +168,8 @@ class RlmmClient:
             except grpc.RpcError as exc:
                 raise error_of(exc) from None
 
-        retrying = Retrying(retry=retry_if_exception_type(UnavailableError), wait=self._wait,
-                            stop=stop_after_delay(self.retry_for), reraise=True)
+        retrying = Retrying(retry=retry_if_exception(lambda exc: isinstance(exc, UnavailableError) and exc.retryable),
+                            wait=self._wait, stop=stop_after_delay(self.retry_for), reraise=True)
         return retrying(attempt)
 
     # ---- reads -----------------------------------------------------------------------------------------

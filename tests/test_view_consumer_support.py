@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlmm.records import TopicIdPartition
-from rlmm.state.errors import ReplicaNotAvailable
+from rlmm.state.errors import ReplicaNotAvailable, ViewNotFound
 from rlmm.state.view import View
 
 TP = TopicIdPartition(bytes(16), "t", 0)
@@ -52,7 +52,7 @@ def test_a_record_read_again_is_quarantined_once(tmp_path) -> None:
 
 
 def test_read_only_view_beside_the_writer(tmp_path) -> None:
-    with pytest.raises(ValueError, match="no view"):
+    with pytest.raises(ViewNotFound, match="no view"):
         View(tmp_path / "missing", read_only=True)
     with View(tmp_path / "view") as writer:
         with writer.batch() as batch:

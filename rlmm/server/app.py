@@ -20,7 +20,7 @@ from rlmm.server.backend import Backend
 from rlmm.server.config import ServeSettings, split_address
 from rlmm.server.metrics import Metrics
 from rlmm.server.servicer import SERVICE_NAME, RlmmServicer, add_to_server
-from rlmm.state.view import View
+from rlmm.state.view import View, reset_view
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ class RlmmServer:
         self._pools = {"read": ThreadPoolExecutor(settings.read_threads, "rlmm-read"),
                        "stream": ThreadPoolExecutor(settings.stream_threads, "rlmm-stream"),
                        "write": ThreadPoolExecutor(settings.write_threads, "rlmm-write")}
+        if settings.write_tokens and settings.tls_cert is None:
+            log.warning("write tokens are accepted without TLS (write_tokens_over_plaintext): they travel in clear")
         self.servicer = RlmmServicer(
             backend, metrics=self.metrics, pools=self._pools, max_batch_lookups=settings.max_batch_lookups,
             stream_chunk=settings.stream_chunk, retry_after_s=settings.retry_after_ms / 1000,
@@ -101,7 +103,9 @@ class RlmmServer:
         while not self._stopping.wait(HEALTH_POLL_S):
             now = self.backend.serving()
             if now != serving:
-                log.info("health", extra={"serving": now})
+                failure = None if now else self.backend.failure()
+                log.log(logging.ERROR if failure else logging.INFO, "health: %s%s", "SERVING" if now else "NOT_SERVING",
+                        f" ({failure})" if failure else "", extra={"serving": now, "failure": failure})
                 self._set_health(now)
                 serving = now
 
@@ -115,17 +119,21 @@ class RlmmServer:
         log.info("stopped serving")
 
 
-def run(settings: ServeSettings, started: Callable[[dict], None]) -> None:
+def run(settings: ServeSettings, started: Callable[[dict], None], reset: bool = False) -> None:
     """Open the view, start the consumer (with Kafka) and the server, and serve until SIGTERM/SIGINT; then
     drain the calls in flight, stop the consumer, flush and close the view. ``started`` gets the bound
-    ports once serving."""
+    ports once serving. ``reset``: set the existing view aside and consume the topic again from the start
+    into a fresh one, with the same registered partitions."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     config = settings.rlmm_config()
+    partitions = settings.initial_partitions()
+    if reset:
+        partitions += reset_view(settings.view)
     with View(settings.view, sync=settings.sync, cache_mb=settings.cache_mb,
               row_cache_mb=settings.row_cache_mb) as view:
-        manager = None if config is None else RemoteLogMetadataManager(view, config, settings.initial_partitions())
+        manager = None if config is None else RemoteLogMetadataManager(view, config, partitions)
         if manager is not None:
             manager.start()
         try:

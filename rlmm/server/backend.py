@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 
 from consumers.manager import RemoteLogMetadataManager
 from rlmm.state import keys as K
+from rlmm.state.errors import ViewDamaged, ViewError
 from rlmm.state.queries import Queries
 from rlmm.state.rows import PartitionRow
 from rlmm.state.view import View
-from rlmm.server.errors import NoKafkaError
+from rlmm.server.errors import ConsumerStoppedError, NoKafkaError
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,20 @@ class Backend:
 
     @property
     def queries(self) -> Queries:
+        """The view's queries, while its answers can be trusted: not once RocksDB found the view damaged, nor
+        once the consumer that kept it current has stopped (its answers would be silently stale)."""
+        self._check_trusted()
         return self.view.queries
+
+    def _check_trusted(self) -> None:
+        fault = self.view.fault
+        if fault is not None:
+            raise ViewDamaged(f"the view is damaged ({fault}): this server is NOT_SERVING; restore the view from a "
+                              f"snapshot or rebuild it from the topic (rlmm serve --reset)")
+        failure = None if self._manager is None else self._manager.consumer.failure
+        if failure is not None:
+            raise ConsumerStoppedError(f"the metadata consumer stopped ({failure}): this server is NOT_SERVING "
+                                       f"and answers no more reads, which would be stale")
 
     @property
     def consumes(self) -> bool:
@@ -59,25 +73,61 @@ class Backend:
         return self._manager
 
     def serving(self) -> bool:
-        """The view is open and, with Kafka, the consumer runs on a known-good topic."""
-        return self._manager is None or self._manager.consumer.initialized
+        """The view is open and undamaged and, with Kafka, the consumer runs on a known-good topic and the
+        producer can send."""
+        return self.view.fault is None and (self._manager is None or (self._manager.consumer.initialized
+                                                                      and self._producer_failure() is None))
+
+    def _producer_failure(self) -> str | None:
+        producer = None if self._manager is None else self._manager.producer
+        return None if producer is None else producer.failure
+
+    def failure(self) -> str | None:
+        """Why the server does not serve: for good (the view is damaged, the consumer stopped), or until the
+        view takes writes again (a full disk)."""
+        consumer = None if self._manager is None else self._manager.consumer
+        failure = self.view.fault or (None if consumer is None else consumer.failure)
+        if failure is not None:
+            return f"{type(failure).__name__}: {failure}"
+        if consumer is not None and consumer.storage_failure is not None:
+            return f"ViewStorageFailed: {consumer.storage_failure}"
+        producer_failure = self._producer_failure()
+        return None if producer_failure is None else f"ProducerRecoveringError: {producer_failure}"
+
+    def producers_recreated(self) -> int:
+        """Producers replaced after a fatal error."""
+        producer = None if self._manager is None else self._manager.producer
+        return 0 if producer is None else producer.recreated
+
+    def view_write_failures(self) -> int:
+        """Times the view refused a write and the consumer waited until it took writes again."""
+        return 0 if self._manager is None else self._manager.consumer.storage_failures
+
+    def topic_changes(self) -> dict[str, int]:
+        """Changes of the metadata topic under the view that the consumer detected, by kind."""
+        return {} if self._manager is None else dict(self._manager.consumer.topic_changes)
 
     def records_applied(self) -> int:
         """Records this process applied from the topic (0 without Kafka)."""
         return 0 if self._manager is None else self._manager.consumer.records_applied
 
     def status(self) -> Status:
-        rows = [PartitionRow.unpack(raw) for _, raw in self.view.items(K.PARTITIONS)]
-        live = [row for row in rows if row.assigned and not row.removed]
-        applied = self.view.metadata_offsets()
+        """What the view and the consumer say; a view that fails to read gives its failure and no rows."""
         progress = {} if self._manager is None else self._manager.consumer.progress()
+        consumes = self._manager is not None and self._manager.consumer.failure is None
+        try:
+            rows = [PartitionRow.unpack(raw) for _, raw in self.view.items(K.PARTITIONS)]
+            applied = self.view.metadata_offsets()
+            counters = self.view.counters()
+        except ViewError as exc:
+            return Status(serving=False, consumes=consumes, failure=f"{type(exc).__name__}: {exc}",
+                          metadata_partitions=[], registered_partitions=0, loading_partitions=0, segments=0)
+        live = [row for row in rows if row.assigned and not row.removed]
         partitions = [MetadataPartitionStatus(mp, applied.get(mp), getattr(progress.get(mp), "end", None),
                                               getattr(progress.get(mp), "lag", None))
                       for mp in sorted(applied.keys() | progress.keys())]
-        failure = None if self._manager is None else self._manager.consumer.failure
-        return Status(serving=self.serving(), consumes=self.consumes,
-                      failure=None if failure is None else f"{type(failure).__name__}: {failure}",
+        return Status(serving=self.serving(), consumes=consumes, failure=self.failure(),
                       metadata_partitions=partitions,
                       registered_partitions=sum(row.assigned for row in rows),
                       loading_partitions=sum(not row.ready for row in live),
-                      segments=sum(row.segment_count for row in live), counters=self.view.counters())
+                      segments=sum(row.segment_count for row in live), counters=counters)

@@ -36,11 +36,17 @@ if TYPE_CHECKING:
 @click.option("--write-subject", "write_subjects", multiple=True,
               help="A client certificate subject (or CN) allowed to write (repeatable); tokens go in the file "
                    "or RLMM_WRITE_TOKENS.")
+@click.option("--write-tokens-over-plaintext", is_flag=True, default=None,
+              help="Accept write tokens without TLS, where they travel in clear (loopback, a protected network).")
 @click.option("--grace-s", type=float, help="Seconds in-flight calls get on SIGTERM [30].")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               help="Least severe log lines on stderr [info].")
 @click.option("--log-format", type=click.Choice(["json", "text"]), help="Log lines as JSON objects or text [json].")
-def serve(config_file: Path | None, kafka: tuple[str, ...], **flags) -> None:
+@click.option("--reset", is_flag=True,
+              help="Set the existing view aside (VIEW.reset-TIMESTAMP, nothing is deleted) and consume the topic "
+                   "again from the start into a fresh view, with the same registered partitions: after the "
+                   "metadata topic changed under the view.")
+def serve(config_file: Path | None, kafka: tuple[str, ...], reset: bool, **flags) -> None:
     """Serve the RLMM gRPC API over a view, consuming Kafka into it when bootstrap servers are given.
 
     Prints one JSON line {"event": "serving", "port": ..., "metrics_port": ..., "pid": ...} once serving.
@@ -59,10 +65,12 @@ def serve(config_file: Path | None, kafka: tuple[str, ...], **flags) -> None:
         raise click.UsageError(_settings_problems(exc)) from None
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if reset and config.rlmm_config() is None:
+        raise click.UsageError("--reset consumes the topic again into a fresh view: give the bootstrap servers")
     setup_logging(config.log_level, config.log_format)
     try:
         with view_errors(config.view):
-            run(config, lambda line: click.echo(json.dumps(line)))
+            run(config, lambda line: click.echo(json.dumps(line)), reset=reset)
     except ServeError as exc:
         raise Failure(str(exc)) from None
 

@@ -21,14 +21,20 @@ from consumers.manager import (
     WriteFailedError,
     WriteTimeoutError,
 )
+from consumers.producer import ProducerRecoveringError
+from consumers.topic import TopicChangedError
 from rlmm.server.convert import ArgumentError
-from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
+from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable, ViewDamaged, ViewStorageFailed
 
 DOMAIN = "rlmm.v1"
 
 
 class NoKafkaError(RuntimeError):
     """A write or registration sent to a server that serves a view without Kafka."""
+
+
+class ConsumerStoppedError(RuntimeError):
+    """A read sent to a server whose consumer stopped for good: its view no longer follows the topic."""
 
 
 class AccessDenied(Exception):
@@ -71,6 +77,11 @@ _KNOWN: tuple[tuple[type[BaseException], grpc.StatusCode, str, bool], ...] = (
     (WriteTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED, "WRITE_NOT_APPLIED_IN_TIME", False),
     (WriteFailedError, grpc.StatusCode.FAILED_PRECONDITION, "WRITE_REFUSED_BY_BROKER", False),
     (NoKafkaError, grpc.StatusCode.FAILED_PRECONDITION, "NO_KAFKA", False),
+    (ConsumerStoppedError, grpc.StatusCode.UNAVAILABLE, "CONSUMER_STOPPED", False),
+    (ProducerRecoveringError, grpc.StatusCode.UNAVAILABLE, "PRODUCER_RECOVERING", True),
+    (TopicChangedError, grpc.StatusCode.FAILED_PRECONDITION, "METADATA_TOPIC_CHANGED", False),
+    (ViewDamaged, grpc.StatusCode.DATA_LOSS, "VIEW_DAMAGED", False),
+    (ViewStorageFailed, grpc.StatusCode.UNAVAILABLE, "VIEW_STORAGE_FAILED", True),
 )
 
 

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from consumers.topic import TopicChangedError
 from rlmm.server.backend import Backend
 
 # sub-millisecond resolution: a unary call takes a fraction of a millisecond here
@@ -72,6 +73,18 @@ class _ViewCollector(Collector):
                 applied.add_metric([str(mp.partition)], mp.applied_offset)
         yield lag
         yield applied
+        yield GaugeMetricFamily("rlmm_view_damaged", "1 once RocksDB found the view's files damaged (the server "
+                                "then refuses reads)", value=self.backend.view.fault is not None)
+        yield CounterMetricFamily("rlmm_view_write_failures", "Times the view refused a write (a full disk) and "
+                                  "the consumer waited until it took writes again", value=self.backend.view_write_failures())
+        yield CounterMetricFamily("rlmm_producer_recreations", "Producers of the writes replaced after a fatal "
+                                  "error (e.g. fenced after a broker stall)", value=self.backend.producers_recreated())
+        changes = CounterMetricFamily("rlmm_metadata_topic_changes_detected", "Changes of the metadata topic under "
+                                      "the view that stopped the consumer, by kind", labels=["kind"])
+        detected = self.backend.topic_changes()
+        for kind in TopicChangedError.KINDS:
+            changes.add_metric([kind], detected.get(kind, 0))
+        yield changes
         yield GaugeMetricFamily("rlmm_view_segments", "Segments in the view", value=status.segments)
         partitions = GaugeMetricFamily("rlmm_view_partitions", "Registered user partitions, by state",
                                        labels=["state"])

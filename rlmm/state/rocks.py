@@ -14,16 +14,39 @@ from rocksdict import (
     DBCompressionType,
     Options,
     Rdict,
+    ReadOptions,
     WriteBatch,
     WriteOptions,
 )
 
 from rlmm.state import keys as K
+from rlmm.state.errors import ViewDamaged, ViewInUse, ViewStorageFailed
 from rlmm.state.kv import Item, StagedKV
 
 
+def storage_error(exc: Exception) -> Exception:
+    """What a RocksDB status that rocksdict raised (a plain ``Exception`` whose text is RocksDB's
+    ``Status::ToString``, ``CODE: DETAIL``) means for the view, by its code; any other exception is
+    returned as it is (a bug, not the storage)."""
+    if type(exc) is not Exception:
+        return exc
+    text = str(exc)
+    code, _, detail = text.partition(": ")
+    if code == "Corruption":
+        return ViewDamaged(text)
+    if code == "IO error" and detail.startswith("While lock file"):
+        return ViewInUse(text)
+    return ViewStorageFailed(text)
+
+
 class RocksKV:
-    """Read side of the ``ReadKV`` protocol over an open database, plus atomic commits of a stage."""
+    """Read side of the ``ReadKV`` protocol over an open database, plus atomic commits of a stage.
+
+    Every read checks RocksDB's status: block checksums are verified on each read (RocksDB's default,
+    with paranoid checks on), and an iterator that stops on an error raises instead of reading as the
+    end of the keys. RocksDB's errors are raised as ``ViewError``s; the first ``ViewDamaged`` is kept
+    in ``fault``, for the service to stop serving the view.
+    """
 
     def __init__(self, path: Path, *, cache_mb: int = 32, row_cache_mb: int = 0, write_buffer_mb: int = 32,
                  sync: bool = False, read_only: bool = False) -> None:
@@ -46,18 +69,30 @@ class RocksKV:
         options.create_if_missing(True)
         options.create_missing_column_families(True)
         options.set_db_write_buffer_size(write_buffer_mb << 20)
+        options.set_paranoid_checks(True)
         options.set_block_based_table_factory(table)
         if row_cache_mb:
             options.set_row_cache(Cache(row_cache_mb << 20))
-        self.db = Rdict(str(path), options=options, column_families={cf: cf_options for cf in K.COLUMN_FAMILIES},
-                        access_type=AccessType.read_only() if read_only else AccessType.read_write())
-        self.cfs = {cf: self.db.get_column_family(cf) for cf in K.COLUMN_FAMILIES}
-        self.handles = {cf: self.db.get_column_family_handle(cf) for cf in K.COLUMN_FAMILIES}
+        self.fault: ViewDamaged | None = None
+        self._path = str(path)
+        self._options = options
+        self._cf_options = {cf: cf_options for cf in K.COLUMN_FAMILIES}
+        self._access = AccessType.read_only() if read_only else AccessType.read_write()
         self.write_options = WriteOptions()
         self.write_options.sync = sync
         # one iterator per (thread, column family) for floor/ceiling, dropped at every commit so that a
         # reused iterator never shows a state older than the last commit
         self._iterators: dict[tuple[int, str], object] = {}
+        self._open()
+
+    def _open(self) -> None:
+        try:
+            self.db: Any = Rdict(self._path, options=self._options, column_families=self._cf_options,
+                                 access_type=self._access)  # None once closed for a reopen
+        except Exception as exc:
+            raise self._failed(exc) from None
+        self.cfs = {cf: self.db.get_column_family(cf) for cf in K.COLUMN_FAMILIES}
+        self.handles = {cf: self.db.get_column_family_handle(cf) for cf in K.COLUMN_FAMILIES}
 
     def close(self) -> None:
         """Close the database; it is only released once no column family object refers to it."""
@@ -66,18 +101,53 @@ class RocksKV:
         self.handles.clear()
         self.db.close()
 
+    def reopen(self) -> None:
+        """Close the database and open it again: after a failed write (a full disk) RocksDB refuses every
+        write until then. Raises ``ViewInUse`` while another thread still holds the old one (try again)."""
+        self._iterators = {}
+        self.cfs = {}
+        self.handles = {}
+        try:
+            self.db.close()
+        except Exception:  # it reports the failed write again, and closes all the same
+            pass
+        self.db = None  # the last reference: RocksDB releases the view's lock
+        self._open()
+
+    def _failed(self, exc: Exception) -> Exception:
+        error = storage_error(exc)
+        if isinstance(error, ViewDamaged) and self.fault is None:
+            self.fault = error
+        return error
+
+    def _check(self, it: Any) -> None:
+        """Raise what stopped an iterator that turned invalid, if anything but the end of the keys did."""
+        try:
+            it.status()
+        except Exception as exc:
+            raise self._failed(exc) from None
+
     def flush(self) -> None:
         """Sync the WAL and write every column family's memtable to table files."""
-        self.db.flush_wal(True)
-        for cf in self.cfs.values():
-            cf.flush()
+        try:
+            self.db.flush_wal(True)
+            for cf in self.cfs.values():
+                cf.flush()
+        except Exception as exc:
+            raise self._failed(exc) from None
 
     def get(self, cf: str, key: bytes) -> bytes | None:
-        return self.cfs[cf].get(key)
+        try:
+            return self.cfs[cf].get(key)
+        except Exception as exc:
+            raise self._failed(exc) from None
 
     def get_many(self, cf: str, keys: list[bytes]) -> list[bytes | None]:
         """``get`` of every key in one call (a multi-get, which runs without the GIL)."""
-        values: Any = self.cfs[cf].get(keys)  # type: ignore[arg-type]  # the stub omits list[bytes]
+        try:
+            values: Any = self.cfs[cf].get(keys)  # type: ignore[arg-type]  # the stub omits list[bytes]
+        except Exception as exc:
+            raise self._failed(exc) from None
         return values
 
     # (rocksdict 0.3 applies iterator bounds in its own key encoding, not in raw mode, so iterators
@@ -92,6 +162,7 @@ class RocksKV:
                 return
             yield k, it.value()
             it.next()
+        self._check(it)
 
     def iter_down_from(self, cf: str, key: bytes, prefix: bytes) -> Iterator[Item]:
         it = self.cfs[cf].iter()
@@ -103,6 +174,7 @@ class RocksKV:
             elif k < prefix:
                 return
             it.prev()  # keys past the prefix's range can only come first
+        self._check(it)
 
     def _iterator(self, cf: str):
         slot = (threading.get_ident(), cf)
@@ -122,6 +194,7 @@ class RocksKV:
             if k < prefix:
                 return None
             it.prev()
+        self._check(it)
         return None
 
     def ceiling(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
@@ -131,7 +204,24 @@ class RocksKV:
             k = it.key()
             if k.startswith(prefix):
                 return k, it.value()
+        else:
+            self._check(it)
         return None
+
+    def count_keys(self, cf: str) -> int:
+        """Read every entry of a column family, verifying each block's checksum, without filling the block
+        cache; raises ``ViewDamaged`` at the first damaged block."""
+        options = ReadOptions()
+        options.set_verify_checksums(True)
+        options.fill_cache(False)  # type: ignore[call-arg]  # the stub omits the flag
+        it = self.cfs[cf].iter(options)
+        it.seek_to_first()
+        count = 0
+        while it.valid():
+            count += 1
+            it.next()
+        self._check(it)
+        return count
 
     def commit(self, stage: StagedKV) -> None:
         """Write everything staged as one atomic batch (range deletions first, they came first)."""
@@ -147,5 +237,8 @@ class RocksKV:
                 else:
                     batch.put(key, value, handle)
         if not batch.is_empty():
-            self.db.write(batch, self.write_options)
+            try:
+                self.db.write(batch, self.write_options)
+            except Exception as exc:
+                raise self._failed(exc) from None
             self._iterators = {}

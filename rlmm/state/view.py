@@ -10,8 +10,10 @@ which are then consumed again from the topic.
 from __future__ import annotations
 
 import json
+import logging
 import struct
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +25,7 @@ from rlmm.records.model import TopicIdPartition
 from rlmm.records.serde import DecodeError, decode_value
 from rlmm.state import keys as K
 from rlmm.state.cache import CachedReadKV
+from rlmm.state.errors import ViewDamaged, ViewNotFound, ViewSchemaMismatch
 from rlmm.state.kv import StagedKV, scan
 from rlmm.state.machine import StateMachine
 from rlmm.state.offset_cache import OffsetCache
@@ -30,6 +33,8 @@ from rlmm.state.queries import Queries
 from rlmm.state.results import ApplyResult
 from rlmm.state.rows import EpochRow, PartitionRow
 from rlmm.state.rocks import RocksKV
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION: Final = 1
 EPOCH_CACHE_LIMIT: Final = 100_000
@@ -117,7 +122,7 @@ class View:
         ``row_cache_mb`` caches the offset index entries that batch lookups read."""
         self.path = Path(path)
         if read_only and not (self.path / "CURRENT").is_file():
-            raise ValueError(f"no view at {self.path}")
+            raise ViewNotFound(f"no view at {self.path}")
         self.path.mkdir(parents=True, exist_ok=True)
         self._kv = RocksKV(self.path, cache_mb=cache_mb, row_cache_mb=row_cache_mb, write_buffer_mb=write_buffer_mb,
                            sync=sync, read_only=read_only)
@@ -137,11 +142,25 @@ class View:
                 batch.stage.put(K.META, K.SCHEMA_VERSION_KEY, K.u32(SCHEMA_VERSION))
         elif K.read_u32(raw) != SCHEMA_VERSION:
             self.close()
-            raise ValueError(f"view at {self.path} has schema version {K.read_u32(raw)}, this rlmm reads "
+            raise ViewSchemaMismatch(f"view at {self.path} has schema version {K.read_u32(raw)}, this rlmm reads "
                              f"{SCHEMA_VERSION}: rebuild it from the topic or a snapshot")
 
     def close(self) -> None:
         self._kv.close()
+
+    def reopen(self) -> None:
+        """Open the view's database again and write to it, after RocksDB refused a write (a full disk): raises
+        ``ViewStorageFailed`` while writes still fail."""
+        with self._write_lock:
+            self._drop_caches()
+            self._kv.reopen()
+        with self.batch() as batch:
+            batch.stage.put(K.META, K.SCHEMA_VERSION_KEY, K.u32(SCHEMA_VERSION))
+
+    @property
+    def fault(self) -> ViewDamaged | None:
+        """The damage RocksDB first reported (a checksum mismatch...), None while none was seen."""
+        return self._kv.fault
 
     def flush(self) -> None:
         """Make every committed batch durable (fsync) and move it out of the WAL, for a clean shutdown."""
@@ -186,6 +205,12 @@ class View:
         self._read_cache.clear()
         self._offset_cache.clear()
 
+    def check(self) -> Iterator[tuple[str, int]]:
+        """Read the whole view, every block's checksum verified: (column family, entries) for each in turn;
+        raises ``ViewDamaged`` where RocksDB finds damage."""
+        for cf in K.COLUMN_FAMILIES:
+            yield cf, self._kv.count_keys(cf)
+
     def metadata_offsets(self) -> dict[int, int]:
         """Last consumed offset per metadata partition."""
         return {K.read_u32(k): K.read_offset(v, 0) for k, v in scan(self._kv, K.METADATA_OFFSETS, b"")}
@@ -211,3 +236,19 @@ class View:
         for key, raw in scan(self._kv, K.PARTITIONS, b""):
             row = PartitionRow.unpack(raw)
             yield K.tp_from_identity(key), row.assigned, row.ready
+
+
+def reset_view(path: str | Path) -> list[TopicIdPartition]:
+    """Move the view at ``path`` (if any) out of the way, to ``PATH.reset-TIMESTAMP`` beside it: nothing is
+    deleted, and a fresh view starts at ``path``. Returns the partitions it had registered, to register in
+    the fresh one. Raises ``ViewInUse`` while a process holds it."""
+    path = Path(path)
+    if not (path / "CURRENT").is_file():
+        return []
+    with View(path) as view:  # opened for writing: refused while another process holds it
+        registered = [tp for tp, assigned, _ in view.partitions() if assigned]
+    aside = path.with_name(f"{path.name}.reset-{time.strftime('%Y%m%dT%H%M%S')}")
+    path.rename(aside)
+    log.warning("the view %s was set aside as %s; a fresh view consumes the topic from the start, with its %d "
+                "registered partition(s)", path, aside, len(registered))
+    return registered

@@ -1,0 +1,98 @@
+"""A view on a disk that fills up: the write that fails is not applied, the service turns NOT_SERVING with
+the cause in its status, and once space is freed it writes again by itself and applies every record
+exactly once, as a clean replay does. A real, small tmpfs (the tests run as root, as CI does) holding a
+real view, a real broker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from consumers.manager import RemoteLogMetadataManager
+from consumers.topic import ensure_topic
+from rlmm.records import metadata_partition
+from rlmm.server.backend import Backend
+from rlmm.state import keys as K
+from rlmm.state.view import CONSUMER_STATE_PREFIX, View
+from tests.kafka_broker import RawProducer
+from tests.test_broker_topic_change import TP, finished_records
+
+PARTITIONS = 3
+MP = metadata_partition(TP.topic_id, TP.partition, PARTITIONS)
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """A 24 MB tmpfs. Mounting needs root (CI runs as root): without it the test fails, it never skips."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True, text=True)
+    assert done.returncode == 0, f"cannot mount a tmpfs for the full-disk test (run as root): {done.stderr.strip()}"
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Write a ballast file until the disk has no room left."""
+    ballast = disk / "ballast"
+    with ballast.open("wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+        except OSError as exc:
+            assert exc.errno == 28  # ENOSPC
+    return ballast
+
+
+def wait_until(condition, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_full_disk_stops_applying_and_recovers_once_space_is_freed(rlmm_config, small_disk, tmp_path) -> None:
+    config = rlmm_config(num_partitions=PARTITIONS)
+    ensure_topic(AdminClient(config.admin_config()), config)
+    producer = RawProducer(config.bootstrap_servers, config.topic)
+    records = finished_records(TP, 40)
+    with View(small_disk / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        backend = Backend(view, rlmm)
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        producer.produce(records[:20])
+        rlmm.wait_applied(MP, 19, timeout=30)
+        ballast = fill(small_disk)
+        producer.produce(records[20:])
+        assert wait_until(lambda: rlmm.consumer.storage_failure is not None)
+        assert not backend.serving() and "No space left on device" in backend.status().failure
+        assert view.metadata_offsets() == {MP: 19}  # the batch that failed was not applied
+        assert rlmm.queries.is_ready(TP)  # reads go on from the view meanwhile
+        time.sleep(1)  # a few attempts fail while the disk stays full
+        assert rlmm.consumer.storage_failure is not None and rlmm.consumer.failure is None
+
+        os.remove(ballast)
+        assert wait_until(lambda: backend.serving() and view.metadata_offsets() == {MP: len(records) - 1})
+        assert backend.failure() is None and rlmm.consumer.storage_failures == 1
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        assert len(list(rlmm.queries.list_remote_log_segments(TP))) == 40
+        recovered = {cf: [(k, v) for k, v in view.items(cf) if not k.startswith(CONSUMER_STATE_PREFIX)]
+                     for cf in K.COLUMN_FAMILIES}
+
+    with View(tmp_path / "clean") as clean:
+        with clean.batch() as batch:
+            batch.assign(TP)
+            for offset, (mp, value) in enumerate(records):
+                batch.apply(mp, offset, value)
+            batch.mark_ready(TP)
+        assert recovered == {cf: list(clean.items(cf)) for cf in K.COLUMN_FAMILIES}  # every record applied once
