@@ -105,7 +105,8 @@ class LocalBroker:
 
     def start(self, timeout: float = 15.0) -> LocalBroker:
         try:
-            with socket.socket() as s:
+            with socket.socket() as s:  # as Tansu binds: connections of an earlier broker in TIME_WAIT do not count
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind(("127.0.0.1", self.port))
         except OSError as exc:
             raise BrokerError(f"port {self.port} is taken ({exc.strerror}): another broker or process listens "
