@@ -47,6 +47,16 @@ def contents(view: View) -> dict[str, list]:
     return {cf: list(view.items(cf)) for cf in K.COLUMN_FAMILIES}
 
 
+def view_applied_up_to(path, last_offset: int, segments: int) -> None:
+    """A view that applied ``segments`` finished segments of TP at offsets ending at ``last_offset``, TP ready."""
+    records = finished_records(TP, segments)
+    with View(path) as view, view.batch() as batch:
+        batch.assign(TP)
+        for offset, (mp, value) in zip(range(last_offset - len(records) + 1, last_offset + 1), records):
+            batch.apply(mp, offset, value)
+        batch.mark_ready(TP)
+
+
 def wait_failed(rlmm: RemoteLogMetadataManager, timeout: float = 30) -> BaseException | None:
     deadline = time.monotonic() + timeout
     while rlmm.consumer.failure is None and time.monotonic() < deadline:
@@ -124,12 +134,7 @@ def test_a_view_past_the_end_of_the_topic(rlmm_config, tmp_path) -> None:
     """A view that applied offsets up to 100 (a snapshot of a longer history, no topic id on record) on a
     topic that ends at 4: the end offset stays below the view's position, so the offsets went backwards."""
     config = rlmm_config(num_partitions=PARTITIONS)
-    with View(tmp_path / "view") as view:
-        with view.batch() as batch:
-            batch.assign(TP)
-            for offset, (mp, value) in zip(range(90, 101), finished_records(TP, 6)):
-                batch.apply(mp, offset, value)
-            batch.mark_ready(TP)
+    view_applied_up_to(tmp_path / "view", 100, segments=5)
     ensure_topic(AdminClient(config.admin_config()), config)
     RawProducer(config.bootstrap_servers, config.topic).produce(finished_records(TP, 2, base=1000))
     with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
@@ -155,12 +160,7 @@ def test_a_write_below_the_view_position_is_not_reported_applied(rlmm_config, tm
     but to another history: the write fails instead of being reported applied (which the offset watcher
     alone would do at once), and the consumer stops too."""
     config = rlmm_config(num_partitions=PARTITIONS)
-    with View(tmp_path / "view") as view:
-        with view.batch() as batch:
-            batch.assign(TP)
-            for offset, (mp, value) in zip(range(99, 101), finished_records(TP, 1)):
-                batch.apply(mp, offset, value)
-            batch.mark_ready(TP)
+    view_applied_up_to(tmp_path / "view", 100, segments=1)
     with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
         assert rlmm.consumer.wait_initialized(30)
         with pytest.raises(TopicChangedError, match="written at offset 0, below the next offset 101") as refused:
