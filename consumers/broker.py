@@ -2,8 +2,8 @@
 wheel ships, with in-memory storage, on a loopback port.
 
 Its data lives as long as the process: to simulate an outage without losing the topic, ``pause``
-and ``resume`` it (SIGSTOP/SIGCONT). See ``../shared/STACK.md`` for what Tansu does differently
-from Kafka.
+and ``resume`` it (SIGSTOP/SIGCONT). docs/architecture.md says what Tansu does differently from
+Kafka that matters here.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@
 * Readiness is Kafka's rule: a registered partition becomes ready once its metadata partition is
   applied up to the end offset seen at registration. That end offset is the high watermark of the
   first fetch after the (re)assignment (Tansu's ListOffsets answer is wrong, its fetch high watermark
-  is right; on Kafka both are right). A restarted consumer withdraws readiness until it has caught up.
+  is right; on Kafka both are right). As in Kafka, a record whose decoding or handling failed is not
+  read: it does not count towards that end offset. A restarted consumer withdraws readiness until it
+  has caught up.
 * The topic must stay the one the view was built from. Its id (stored in the view on first sight) and
   partition count are checked at start, every ``TOPIC_CHECK_S`` and before anything is applied after the
   connection to the broker broke; a record below the position the consumer expects, or an end offset
@@ -37,11 +39,13 @@ from confluent_kafka.admin import AdminClient
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from consumers.config import RlmmConfig
+from consumers.ratelog import RateLimitedLog
 from consumers.topic import TopicChangedError, describe_topic, ensure_topic
 from consumers.watcher import OffsetWatcher
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.partitioner import metadata_partition
 from rlmm.state.errors import ViewDamaged, ViewError, ViewStorageFailed
+from rlmm.state.results import ApplyResult
 from rlmm.state.view import Batch, View
 
 log = logging.getLogger(__name__)
@@ -102,6 +106,7 @@ class MetadataConsumer:
         self._broker: tuple[int, float | None] = (0, None)  # brokers up, ms since the last response
         self._admin: AdminClient | None = None
         self._limits: dict[int, int] = {}
+        self._refusals = RateLimitedLog(log)
         self.topic_changes: Counter[str] = Counter()  # changes of the topic detected, by kind
         self.storage_failure: str | None = None  # why the view cannot be written now (the consumer waits)
         self.storage_failures = 0  # times writing the view failed and the consumer waited for it
@@ -115,6 +120,9 @@ class MetadataConsumer:
         self._reread_until: dict[int, int] = {}  # metadata partition read again -> the offset it must pass
         self._assigned: set[int] = set()
         self._positions: dict[int, int | None] = {}
+        # metadata partition -> next offset after its last record that was handled or skipped, while the
+        # records read after it all failed (Kafka's read offset does not pass a record that threw)
+        self._read_before_failures: dict[int, int] = {}
         self._ends: dict[int, int] = {}
         self._held: set[int] = set()
         self._ends_refreshed = 0.0
@@ -448,6 +456,7 @@ class MetadataConsumer:
             client.incremental_unassign([TopicPartition(topic, mp) for mp in sorted(gone)])
             for mp in gone:
                 self._positions.pop(mp, None)
+                self._read_before_failures.pop(mp, None)
                 self._ends.pop(mp, None)
                 self._held.discard(mp)
         added = wanted - self._assigned
@@ -456,6 +465,7 @@ class MetadataConsumer:
             stored = None if mp in self._rewind else self.initial_positions.get(mp)
             starts[mp] = BEGINNING if stored is None else stored
             self._positions[mp] = stored
+            self._read_before_failures.pop(mp, None)
         if starts:
             client.incremental_assign([TopicPartition(topic, mp, offset) for mp, offset in starts.items()])
         for mp in sorted(self._rewind & (self._assigned - gone)):
@@ -464,6 +474,7 @@ class MetadataConsumer:
                 self._held.discard(mp)
             client.seek(TopicPartition(topic, mp, BEGINNING))
             self._positions[mp] = None
+            self._read_before_failures.pop(mp, None)
         for mp in sorted(self._rewind & wanted & self._reread_until.keys()):
             log.info("reading metadata partition %d again from the beginning (up to offset %d at least) to load "
                      "newly registered partitions", mp, self._reread_until[mp])
@@ -516,7 +527,14 @@ class MetadataConsumer:
                 if limits and mp in limits and offset >= limits[mp]:
                     held.setdefault(mp, offset)
                     continue
-                apply(mp, offset, message.value())
+                result = apply(mp, offset, message.value())
+                if result.status == "error":
+                    self._read_before_failures.setdefault(mp, positions.get(mp) or BEGINNING)
+                else:
+                    self._read_before_failures.pop(mp, None)
+                if result.status in ("error", "ignored"):
+                    self._refusals.log(logging.WARNING, result.counter, "metadata partition %d, offset %d: record "
+                                       "not applied (%s)", mp, offset, _why(result))
                 positions[mp] = applied[mp] = offset + 1
                 count += 1
             seen.update(applied)
@@ -584,7 +602,7 @@ class MetadataConsumer:
         changed = False
         for mp in seen:
             waiting = self._pending.get(mp)
-            position = self._positions.get(mp)
+            position = self._read_before_failures.get(mp, self._positions.get(mp))
             if not waiting or position is None:
                 continue
             end = max(self._ends.get(mp, 0), position)
@@ -598,6 +616,18 @@ class MetadataConsumer:
                     if error is not None:
                         log.info("partition %s cannot be marked ready (%s): its metadata was removed", tp, error)
         return changed
+
+
+def _why(result: ApplyResult) -> str:
+    """What a refused record got, in Kafka's terms."""
+    if result.status == "ignored":
+        return {"unknown_segment": "an update of a segment the partition does not hold; Kafka drops it",
+                "invalid_transition": "a segment state change Kafka's state machine refuses; Kafka drops it"
+                }.get(result.reason or "", result.counter)
+    where = {"deserialize": "does not decode; kept in the quarantine", "route": "names no user partition",
+             "handle": "the partition's store refused it"}.get(result.stage or "", result.stage or "")
+    cause = f", caused by {result.cause}" if result.cause else ""
+    return f"{where}: Kafka throws {result.error}{cause}"
 
 
 def _reread_key(mp: int) -> bytes:

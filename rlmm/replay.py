@@ -1,9 +1,11 @@
 """Replay a compat scenario (``events.jsonl`` + ``queries.jsonl``) through a real view.
 
 Follows the compat README's replay model: ``live`` scenarios mark every assigned partition ready
-before the first record; ``bootstrap`` ones mark a partition ready once the record with the highest
-offset of its metadata partition has been processed (at once when that partition has no record).
-Events between two query points are applied as one batch.
+before the first record; ``bootstrap`` ones mark a partition ready once a record at or past the highest
+offset of its metadata partition has been read (at once when that partition has no record). As in
+Kafka's ``ConsumerTask``, a record counts as read once it was handled or skipped: one whose decoding,
+routing or handling threw does not advance the metadata partition's read offset, so it makes nothing
+ready. Events between two query points are applied as one batch.
 """
 
 from __future__ import annotations
@@ -92,8 +94,8 @@ def _run(scenario: Scenario, view: View, max_batch: int | None) -> Iterator[dict
             for i in range(start, stop + 1):
                 event = scenario.events[i]
                 result = batch.apply(event["metadata_partition"], event["offset"], bytes.fromhex(event["hex"])).to_json()
-                caught_up = [(tp, mp) for tp, mp in pending
-                             if mp == event["metadata_partition"] and event["offset"] >= end_offsets[mp]]
+                caught_up = [] if result["status"] == "error" else [  # (a record that threw is not read)
+                    (tp, mp) for tp, mp in pending if mp == event["metadata_partition"] and event["offset"] >= end_offsets[mp]]
                 if caught_up:
                     result["became_ready"] = [_became_ready(batch.mark_ready(tp), tp) for tp, _ in caught_up]
                     pending = [entry for entry in pending if entry not in caught_up]

@@ -15,7 +15,7 @@ from rlmm.state.queries import Queries
 from rlmm.state.rows import PartitionRow
 from rlmm.state.view import View
 from rlmm.workload import Workload, WorkloadConfig
-from tests.compat import compat_dir
+from tests.kafka_compat import compat_dir
 
 SCENARIOS = sorted(p.name for p in (compat_dir() / "replay-public").iterdir() if (p / "scenario.json").is_file())
 
@@ -29,11 +29,32 @@ def scenario_events(name: str) -> list[tuple[int, int, bytes]]:
     return [(e["metadata_partition"], e["offset"], bytes.fromhex(e["hex"])) for e in scenario.events]
 
 
-def replayed_view(name: str, path: Path) -> View:
-    """The view ``rlmm replay`` leaves for a scenario (reopened)."""
+def replayed_view(name: str, path: Path, *, all_ready: bool = False) -> View:
+    """The view ``rlmm replay`` leaves for a scenario (reopened). ``all_ready``: then marked ready as a
+    snapshot marks every partition (a snapshot holds no readiness of its own: a service started from it
+    withdraws and recomputes it), where a record that threw left it not ready."""
     for _ in replay(scenario_dir(name), path / "replayed"):
         pass
-    return View(path / "replayed")
+    view = View(path / "replayed")
+    if all_ready:
+        with view.batch() as batch:
+            for tp, _ in Scenario.load(scenario_dir(name)).assigned:
+                batch.mark_ready(tp)
+    return view
+
+
+def ending_in_failure(events, tps, path: Path) -> set[int]:
+    """The metadata partitions whose last record fails (decoding or handling), applied as a service would:
+    by Kafka's rule the partitions they hold do not become ready on that record."""
+    failed: dict[int, bool] = {}
+    with View(path) as view:
+        with view.batch() as batch:
+            for tp in tps:
+                batch.assign(tp)
+        with view.batch() as batch:
+            for mp, offset, value in events:
+                failed[mp] = batch.apply(mp, offset, value).status == "error"
+    return {mp for mp, failing in failed.items() if failing}
 
 
 def workload_events(count: int, seed: int = 3, partitions_: int = 12, metadata_partitions: int = 5,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ from consumers.topic import TopicMismatchError, ensure_topic
 from rlmm.records import SegmentState, TopicIdPartition, encode_value, metadata_partition
 from rlmm.state.errors import ReplicaNotAvailable
 from rlmm.state.view import View
-from tests.compat import load_records
+from tests.kafka_compat import load_records
 from tests.kafka_broker import RawProducer, start_broker
 from tests.test_broker_writes import segment, update
 
@@ -91,6 +92,26 @@ def test_broker_paused_mid_run(kafka, rlmm_config, tmp_path) -> None:
         assert view.metadata_offsets() == {mp: 15}
         assert rlmm.status()["counters"] == {"applied": 16}
         assert rlmm.consumer.records_applied == 16
+
+
+def test_refused_records_are_logged_once_per_kind_and_interval(rlmm_config, tmp_path, caplog) -> None:
+    """Each record the state machine refuses is logged with what it got, at most once per 10 s and kind."""
+    config = rlmm_config(num_partitions=1)
+    stray = [encode_value(update(segment(TP, i * 10, i * 10 + 9), SegmentState.COPY_SEGMENT_FINISHED))
+             for i in range(40)]  # updates of segments never added
+    seg = segment(TP, 0, 9)
+    values = [*stray, encode_value(seg), encode_value(update(seg, SegmentState.DELETE_SEGMENT_FINISHED)), b"\x07"]
+    caplog.set_level(logging.WARNING, logger="consumers.consumer")
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        RawProducer(config.bootstrap_servers, config.topic).produce([(0, v) for v in values])
+        rlmm.wait_applied(0, len(values) - 1, timeout=30)
+    refused = [r.getMessage() for r in caplog.records if "record not applied" in r.getMessage()]
+    assert len(refused) == 3, refused  # 40 unknown segments in one line, then each other kind once
+    assert refused[0].startswith("metadata partition 0, offset 0: record not applied (an update of a segment")
+    assert "offset 41: record not applied (a segment state change Kafka's state machine refuses" in refused[1]
+    assert "offset 42: record not applied (does not decode; kept in the quarantine: Kafka throws " \
+           "MetadataParseException" in refused[2]
 
 
 def test_bad_records_are_quarantined_and_consumption_goes_on(rlmm_config, tmp_path) -> None:

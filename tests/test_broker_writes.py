@@ -28,7 +28,7 @@ from rlmm.records import (
 )
 from rlmm.state.errors import RemoteResourceNotFound
 from rlmm.state.view import View
-from tests.compat import load_records
+from tests.kafka_compat import load_records
 
 TP = TopicIdPartition(bytes(range(16)), "payments", 7)
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from rlmm.runtime import GC_THRESHOLDS
-from tests.compat import compat_dir, load_records
+from tests.kafka_compat import compat_dir, load_records
 
 
 def rlmm(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ from rlmm.compiled import COMPILED_MODULES, INTERPRETED_ENV, core_build
 from rlmm.records.serde import DecodeError, decode_value
 from rlmm.records.model import PartitionDelete, PartitionDeleteState, SegmentMetadata, SegmentState, SegmentUpdate
 from rlmm.workload import Workload, WorkloadConfig
-from tests.compat import compat_dir
+from tests.kafka_compat import compat_dir
 
 # Replays every public scenario and folds a generated stream into a view, then prints the replay lines
 # and a digest of every column family of the view.

@@ -8,7 +8,7 @@ import pytest
 from rlmm.records import PartitionDelete, SegmentMetadata, SegmentUpdate, decode_value, encode_value
 from rlmm.server import convert
 from rlmm.v1 import metadata_pb2 as pb
-from tests.compat import load_records, params, require
+from tests.kafka_compat import load_records, params, require
 
 CONVERSIONS = {
     SegmentMetadata: (convert.segment_metadata_pb, convert.segment_metadata, pb.RemoteLogSegmentMetadata),

@@ -1,4 +1,4 @@
-"""metadata_partition against Kafka's RemoteLogMetadataTopicPartitioner (shared/compat/partitioner.jsonl)."""
+"""metadata_partition against Kafka's RemoteLogMetadataTopicPartitioner (tests/compat/partitioner.jsonl)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from rlmm.records import metadata_partition, uuid_from_str
 from rlmm.records.partitioner import murmur2
-from tests import compat
+from tests import kafka_compat as compat
 
 VECTORS = compat.params(
     compat.load_partitioner_vectors,

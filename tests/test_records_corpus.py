@@ -1,4 +1,4 @@
-"""rlmm.records against what Kafka 4.3.1 wrote and decoded (shared/compat/records.jsonl), plus the
+"""rlmm.records against what Kafka 4.3.1 wrote and decoded (tests/compat/records.jsonl), plus the
 corners of Kafka's reader that the corpus does not reach, built by patching well-formed records."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rlmm.records import (
 )
 from rlmm.records import serde
 from rlmm.records.wire import uvarint
-from tests import compat
+from tests import kafka_compat as compat
 
 CASES = compat.params(compat.load_records, lambda row, _: row["case"])
 

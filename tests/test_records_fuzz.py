@@ -27,7 +27,7 @@ from rlmm.records import (
     to_canonical,
 )
 from rlmm.records import serde
-from tests import compat
+from tests import kafka_compat as compat
 
 FUZZ = settings(
     max_examples=800,

@@ -12,7 +12,7 @@ import pytest
 from rlmm.records.serde import decode_value
 from rlmm.records.model import SegmentMetadata
 from rlmm.records.uuid import uuid_to_str
-from tests.compat import compat_dir
+from tests.kafka_compat import compat_dir
 
 SCENARIOS = sorted(p for p in (compat_dir() / "replay-public").iterdir() if p.is_dir())
 

@@ -14,6 +14,7 @@ from consumers.manager import RemoteLogMetadataManager
 from consumers.topic import ensure_topic
 from confluent_kafka import Producer
 
+from rlmm.records.partitioner import metadata_partition
 from rlmm.replay import Scenario
 from rlmm.state.view import View
 from snapshots.archive import write_archive
@@ -22,6 +23,7 @@ from snapshots.job import build, spark_session
 from snapshots.restore import restore, verify
 from tests.snapshot_support import (
     SCENARIOS,
+    ending_in_failure,
     live_view,
     non_partition_rows,
     replayed_view,
@@ -113,7 +115,7 @@ def test_scenario_kafka_rebuild_equals_replay(name, spark, rlmm_config, kafka, t
     assert manifest["num_metadata_partitions"] == meta["num_metadata_partitions"]
     restore(tmp_path / "snap", tmp_path / "restored")
     assigned = {tp for tp, _ in Scenario.load(scenario_dir(name)).assigned}
-    with View(tmp_path / "restored") as restored, replayed_view(name, tmp_path) as replayed:
+    with View(tmp_path / "restored") as restored, replayed_view(name, tmp_path, all_ready=True) as replayed:
         rows = view_rows(restored._kv)
         expected = view_rows(replayed._kv)
         for tp in assigned & rows.keys():
@@ -160,15 +162,23 @@ def test_generated_kafka_snapshot_tail_incremental(spark, rlmm_config, kafka, tm
         with View(tmp_path / "tailed") as view:
             start = view.metadata_offsets()
             rlmm = RemoteLogMetadataManager(view, config, tps)
+            # Kafka's rule: a metadata partition whose last record fails makes its partitions wait
+            failing = ending_in_failure(events, tps, tmp_path / "scratch")
+            ready = [tp for tp in tps if metadata_partition(tp.topic_id, tp.partition, 4) not in failing
+                     and not live.queries.partition_row(tp).removed]  # (a removed partition is never ready)
             with rlmm:
                 assert {mp: p - 1 for mp, p in rlmm.consumer.initial_positions.items()} == start
-                assert rlmm.consumer.wait_ready(None, timeout=60)
+                assert rlmm.consumer.wait_ready(ready, timeout=60)
                 ends: dict[int, int] = {}
                 for mp, offset, _ in events:
                     ends[mp] = offset
                 for mp, offset in ends.items():
                     rlmm.wait_applied(mp, offset, timeout=60)
-                assert rlmm.consumer.wait_ready(None, timeout=60)
+                assert rlmm.consumer.wait_ready(ready, timeout=60)
+                assert [tp for tp in tps if rlmm.queries.is_ready(tp)] == ready
+            with view.batch() as batch:  # as live_view marks them, to compare the rest
+                for tp in tps:
+                    batch.mark_ready(tp)
             assert view_rows(view._kv) == view_rows(live._kv)
             assert view_answers(view.queries, view._kv) == view_answers(live.queries, live._kv)
             assert non_partition_rows(view) == non_partition_rows(live)
@@ -202,12 +212,12 @@ def test_cli_archive_then_build_from_archive_equals_kafka_build(spark, rlmm_conf
     assert sorted(a.states, key=key) == sorted(k.states, key=key)
     assert a.quarantine == k.quarantine and a.metadata_offsets == k.metadata_offsets
     assert spark.range(3).count() == 3  # the session survived the in-process command
-    result = runner.invoke(main, ["snapshot", "restore", str(tmp_path / "from-kafka"), "--db", str(tmp_path / "v"),
+    result = runner.invoke(main, ["snapshot", "restore", str(tmp_path / "from-kafka"), "--view", str(tmp_path / "v"),
                                   "--quiet"])
     assert result.exit_code == 0, result.output
     with live_view(events, tps, tmp_path / "live"):
         pass
-    result = runner.invoke(main, ["snapshot", "verify", str(tmp_path / "from-kafka"), "--db", str(tmp_path / "live")])
+    result = runner.invoke(main, ["snapshot", "verify", str(tmp_path / "from-kafka"), "--view", str(tmp_path / "live")])
     assert result.exit_code == 0, result.output
 
 

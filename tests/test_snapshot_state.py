@@ -59,7 +59,7 @@ def test_fold_equals_replay(name, tmp_path):
     from rlmm.replay import Scenario
     from tests.snapshot_support import scenario_dir
     only = {tp for tp, _ in Scenario.load(scenario_dir(name)).assigned}
-    with replayed_view(name, tmp_path) as view:
+    with replayed_view(name, tmp_path, all_ready=True) as view:
         kv, quarantine, offsets = fold_into_kv(scenario_events(name), only)
         # a partition without records is registered in the replay but never seen by the fold
         expected_rows = {tp: rows for tp, rows in view_rows(view._kv).items() if tp in set(partitions(kv))}

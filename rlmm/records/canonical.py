@@ -1,4 +1,4 @@
-"""The canonical decoded form of ``shared/compat``: a JSON-ready dict per record, as the Kafka oracle
+"""The canonical decoded form of the compat data (``tests/compat``): a JSON-ready dict per record, as the Kafka oracle
 prints ``RemoteLogMetadataSerde.deserialize`` results (uuids as Kafka text, custom metadata as hex)."""
 
 from __future__ import annotations

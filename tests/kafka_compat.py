@@ -1,5 +1,6 @@
-"""Kafka's compatibility data (``shared/compat``, next to the repository; ``RLMM_COMPAT_DIR``
-overrides). It is never copied into the repository; when it is missing the tests that need it fail."""
+"""Kafka's compatibility data, kept in the repository under ``tests/compat`` (see its PROVENANCE.md);
+``RLMM_COMPAT_DIR`` points the tests at another copy (e.g. one with more scenarios). When it is
+missing the tests that need it fail, never skip."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ class CompatDataMissing(AssertionError):
 
 def compat_dir() -> Path:
     override = os.environ.get(ENV_VAR)
-    path = Path(override) if override else Path(__file__).resolve().parents[1].parent / "shared" / "compat"
+    path = Path(override) if override else Path(__file__).resolve().parent / "compat"
     if not (path / "records.jsonl").is_file():
         raise CompatDataMissing(
-            f"Kafka compatibility data not found: no records.jsonl in {path}. It lives in "
-            f"shared/compat next to the repository; set {ENV_VAR} to point elsewhere."
+            f"Kafka compatibility data not found: no records.jsonl in {path}. The repository keeps it in "
+            f"tests/compat; {ENV_VAR} points elsewhere."
         )
     return path
 
