@@ -14,7 +14,20 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
-KAFKA_LOG = logging.getLogger("consumers.kafka")
+from consumers.ratelog import RateLimitedLog
+
+class _KafkaClientLog:
+    """librdkafka's log lines (``logger`` of every client), each kind (its facility: FAIL, CONNECT...) at most
+    once per 10 s: a broker that is down gives a line per connection attempt, many a second."""
+
+    def __init__(self) -> None:
+        self._lines = RateLimitedLog(logging.getLogger("consumers.kafka"))
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        self._lines.log(level, str(args[0]) if args else msg, msg, *args)
+
+
+KAFKA_LOG = _KafkaClientLog()
 COMMON_CLIENT_PREFIX = "remote.log.metadata.common.client."
 PRODUCER_PREFIX = "remote.log.metadata.producer."
 CONSUMER_PREFIX = "remote.log.metadata.consumer."

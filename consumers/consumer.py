@@ -65,6 +65,7 @@ MAX_RETRY_WAIT_S = 5.0
 INIT_REQUEST_TIMEOUT_S = 5.0  # per admin request while initializing (bounds how long a stop may wait)
 STORAGE_RETRY_S = 0.5  # first wait before writing a view that refused a write again; doubles up to:
 MAX_STORAGE_RETRY_S = 30.0
+UNREACHABLE_AFTER_S = 2.0  # how long no broker may answer before the status says so
 TOPIC_CHECK_S = 5.0  # how often the topic's id and partition count are checked while consuming
 TOPIC_CHECK_TIMEOUT_S = 2.0
 BEHIND_GRACE_S = 5.0  # how long an end offset may stay below the consumer's position (a new leader's high
@@ -107,6 +108,8 @@ class MetadataConsumer:
         self._admin: AdminClient | None = None
         self._limits: dict[int, int] = {}
         self._refusals = RateLimitedLog(log)
+        self._client_errors = RateLimitedLog(log)
+        self._unreachable: tuple[float, str] | None = None  # since when no broker answers, the last error
         self.topic_changes: Counter[str] = Counter()  # changes of the topic detected, by kind
         self.storage_failure: str | None = None  # why the view cannot be written now (the consumer waits)
         self.storage_failures = 0  # times writing the view failed and the consumer waited for it
@@ -279,10 +282,12 @@ class MetadataConsumer:
     def _initialize(self) -> bool:
         """Ensure the metadata topic, retrying with backoff while the broker cannot be reached; a topic
         that cannot be used (``TopicMismatchError``) is fatal. False when stopped meanwhile."""
-        admin = self._admin = AdminClient(self.config.admin_config())
+        admin = self._admin = AdminClient({**self.config.admin_config(), "error_cb": self._on_error})
         started = time.monotonic()
+        self._unreachable = started, "no answer yet"
 
         def report(state: RetryCallState) -> None:
+            self._unreachable = started, str(state.outcome.exception())
             overdue = (time.monotonic() - started) * 1000 > self.config.retry_max_timeout_ms
             log.log(logging.ERROR if overdue else logging.WARNING,
                     "metadata topic %s not ready (%s)%s; retrying in %.1f s", self.config.topic,
@@ -304,6 +309,7 @@ class MetadataConsumer:
             if self._stopping.is_set():
                 return False
             raise
+        self._unreachable = None
         return not self._stopping.is_set()
 
     def _on_error(self, error: KafkaError) -> None:
@@ -311,7 +317,18 @@ class MetadataConsumer:
             raise KafkaException(error)
         if error.code() in _CONNECTION_ERRORS:
             self._topic_unverified = True
-        log.warning("Kafka client: %s", error)
+            self._unreachable = (self._unreachable or (time.monotonic(), ""))[0], str(error)
+        self._client_errors.log(logging.WARNING, str(error.code()), "Kafka client: %s", error)
+
+    @property
+    def kafka_problem(self) -> str | None:
+        """Why the consumer cannot read the topic now: no broker has answered for a while (the last error)."""
+        unreachable = self._unreachable
+        if unreachable is None or time.monotonic() - unreachable[0] < UNREACHABLE_AFTER_S:
+            return None
+        since, error = unreachable
+        return (f"no Kafka broker of {self.config.bootstrap_servers} has answered for "
+                f"{time.monotonic() - since:.0f} s ({error}); reads are answered from the view as it stands")
 
     # ---- the topic stays the one the view was built from --------------------------------------------
 
@@ -367,6 +384,8 @@ class MetadataConsumer:
         brokers = [b for b in json.loads(stats_json)["brokers"].values() if b["nodeid"] >= 0]
         idle = [b["rxidle"] for b in brokers if b["state"] == "UP" and b["rxidle"] >= 0]
         self._broker = (sum(b["state"] == "UP" for b in brokers), min(idle) / 1000 if idle else None)
+        if self._broker[0]:
+            self._unreachable = None
 
     # ---- registrations ------------------------------------------------------------------------------
 

@@ -17,12 +17,17 @@ from rlmm.records.uuid import uuid_from_str
 from rlmm.state.view import View, reset_view
 
 
+MAX_PARTITION = 2**31 - 1  # Kafka's partition numbers are int32, from 0
+
+
 def parse_partition(text: str) -> TopicIdPartition:
     """``TOPIC_ID:TOPIC:PARTITION``, the topic id in Kafka's text form."""
     topic_id, sep, rest = text.partition(":")
     topic, sep2, partition = rest.rpartition(":")
     if not (sep and sep2):
         raise ValueError(f"expected TOPIC_ID:TOPIC:PARTITION, got {text!r}")
+    if not (partition.isascii() and partition.isdigit()) or int(partition) > MAX_PARTITION:
+        raise ValueError(f"the partition of {text!r} is {partition!r}: give a number from 0 to {MAX_PARTITION}")
     return TopicIdPartition(uuid_from_str(topic_id), topic, int(partition))
 
 

@@ -14,13 +14,14 @@ from typing import BinaryIO
 import click
 
 from rlmm.cli_errors import Failure, view_errors
+from rlmm.cli_vocabulary import RenamingGroup
 from rlmm.compiled import core_build
 from rlmm.records.canonical import to_canonical
 from rlmm.records.serde import DecodeError, decode_value
 from rlmm.runtime import tune_gc
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+@click.group(cls=RenamingGroup, context_settings={"help_option_names": ["-h", "--help"]},
              epilog="Exit codes: 0 success; 1 the operation failed or its answer is negative (one line on stderr, "
                     "'error: ...', says what to do); 2 usage error; 130 interrupted (demo).")
 @click.version_option(package_name="rlmm", message=f"%(prog)s %(version)s, {core_build()} core")
@@ -44,7 +45,7 @@ def replay(scenario_dir: Path, view_dir: Path | None, max_batch: int | None) -> 
     except (OSError, ValueError, KeyError) as exc:
         problem = f"no {exc} field" if isinstance(exc, KeyError) else str(exc)
         raise Failure(f"{scenario_dir} is not a compat scenario ({problem}): give a directory with scenario.json, "
-                      f"events.jsonl and queries.jsonl, e.g. ../shared/compat/replay-public/p01-basic-lifecycle") \
+                      f"events.jsonl and queries.jsonl, e.g. tests/compat/replay-public/p01-basic-lifecycle") \
             from None
     with view_errors(view_dir) if view_dir else contextlib.nullcontext():
         for line in lines:
@@ -79,10 +80,10 @@ def _values(source: BinaryIO, input_format: str) -> Iterator[tuple[dict, bytes]]
         yield {}, source.read()
         return
     for number, line in enumerate(source, start=1):
-        text = line.decode().strip()
-        if not text:
-            continue
         try:
+            text = line.decode().strip()
+            if not text:
+                continue
             if input_format == "hex":
                 yield {"line": number}, bytes.fromhex(text)
             else:
@@ -90,7 +91,8 @@ def _values(source: BinaryIO, input_format: str) -> Iterator[tuple[dict, bytes]]
                 context = {k: v for k, v in obj.items() if k in ("case", "metadata_partition", "offset")}
                 yield context or {"line": number}, bytes.fromhex(obj["hex"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise Failure(f"line {number}: not a {input_format} record value ({exc}); see --format") from None
+            raise Failure(f"line {number}: not a {input_format} record value ({exc}); see --format (one binary value: "
+                          f"--format raw)") from None
 
 
 @main.command()

@@ -327,6 +327,8 @@ def demo(events: int, partitions: int, metadata_partitions: int, seed: int, time
     from consumers.broker import BrokerError
 
     def interrupt(*_: object) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the cleanup short
+            signal.signal(sig, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, interrupt)  # also when started with SIGINT ignored (a background job)

@@ -25,7 +25,7 @@ def _progress(quiet: bool):
 
 
 def _kafka_failure(exc: Exception, bootstrap: str, topic: str) -> Failure:
-    return Failure(f"cannot read {topic} from {bootstrap} ({exc}): check --bootstrap-servers and that the broker "
+    return Failure(f"cannot read {topic} from {bootstrap} ({exc}): check --bootstrap-server and that the broker "
                    f"is up")
 
 
@@ -45,7 +45,7 @@ def snapshot() -> None:
 
 
 @snapshot.command()
-@click.option("--bootstrap-servers", "-b", "bootstrap", help="Read the metadata topic from this Kafka.")
+@click.option("--bootstrap-server", "-b", "bootstrap", help="Read the metadata topic from this Kafka.")
 @click.option("--archive", "archive_dir", type=_DIR, help="Read an `rlmm archive` directory instead of Kafka.")
 @click.option("--topic", default="__remote_log_metadata", show_default=True,
               help="The metadata topic (remote.log.metadata.topic.name).")
@@ -61,7 +61,7 @@ def snapshot() -> None:
 def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, quiet) -> None:
     """Rebuild a snapshot with Spark from the topic (end offsets fixed at start) or an archive."""
     if (bootstrap is None) == (archive_dir is None):
-        raise click.UsageError("give either --bootstrap-servers or --archive")
+        raise click.UsageError("give either --bootstrap-server or --archive")
     try:
         from pyspark.sql import SparkSession
 
@@ -70,6 +70,15 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
         raise Failure(f"rlmm snapshot build needs Spark ({exc}): pip install 'rlmm[spark]' (and a Java runtime); "
                       f"restore, export and verify do not") from None
     from confluent_kafka import KafkaException
+
+    from snapshots.interrupt import cancel_on_interrupt
+    from snapshots.preflight import check_build_inputs
+    try:
+        check_build_inputs(out, bootstrap=bootstrap, topic=topic, archive_dir=archive_dir, base_dir=base_dir)
+    except SnapshotError as exc:
+        raise Failure(str(exc)) from None
+    except (KafkaException, ValueError) as exc:
+        raise (Failure(str(exc)) if bootstrap is None else _kafka_failure(exc, bootstrap, topic)) from None
     say = _progress(quiet)
     say(f"starting Spark ({master})")
     owned = SparkSession.getActiveSession() is None  # in-process callers (tests) may have one already
@@ -78,8 +87,15 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
     except RuntimeError as exc:
         raise Failure(str(exc)) from None
     try:
-        manifest = run(spark, out, bootstrap=bootstrap, topic=topic, archive_dir=archive_dir, base_dir=base_dir,
-                       split=split, progress=say)
+        with cancel_on_interrupt(spark) as interrupted:
+            try:
+                manifest = run(spark, out, bootstrap=bootstrap, topic=topic, archive_dir=archive_dir,
+                               base_dir=base_dir, split=split, progress=say)
+            except Exception:
+                if interrupted.is_set():
+                    click.echo("interrupted: Spark's jobs cancelled, nothing written", err=True)
+                    sys.exit(130)
+                raise
     except (SnapshotError, ValueError, TimeoutError) as exc:
         raise Failure(str(exc)) from None
     except KafkaException as exc:
@@ -93,7 +109,7 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
 
 @snapshot.command()
 @click.argument("snapshot_dir", type=_DIR)
-@click.option("--db", required=True, type=_DIR, help="The new view's directory (must not exist or be empty).")
+@click.option("--view", "db", required=True, type=_DIR, help="The new view's directory (must not exist or be empty).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def restore(snapshot_dir, db, quiet) -> None:
     """Build a fresh view from a snapshot; `rlmm serve` then tails the topic from its offsets."""
@@ -110,7 +126,7 @@ def restore(snapshot_dir, db, quiet) -> None:
 
 
 @snapshot.command()
-@click.option("--db", required=True, type=_DIR, help="The view (may be in use by a running service).")
+@click.option("--view", "db", required=True, type=_DIR, help="The view (may be in use by a running service).")
 @click.option("--out", required=True, type=_DIR, help="The new snapshot's directory (must not exist).")
 @click.option("--num-partitions", type=click.IntRange(min=1), default=50, show_default=True,
               help="The metadata topic's partition count (remote.log.metadata.topic.num.partitions).")
@@ -130,7 +146,7 @@ def export(db, out, num_partitions, topic) -> None:
 
 @snapshot.command()
 @click.argument("snapshot_dir", type=_DIR)
-@click.option("--db", required=True, type=_DIR, help="The view (may be in use by a running service).")
+@click.option("--view", "db", required=True, type=_DIR, help="The view (may be in use by a running service).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print one JSON object {"differences": N, "details": [...]} instead of one line per difference.')
 def verify(snapshot_dir, db, as_json) -> None:
@@ -153,7 +169,7 @@ def verify(snapshot_dir, db, as_json) -> None:
 
 
 @click.command()
-@click.option("--bootstrap-servers", "-b", "bootstrap", required=True, help="The Kafka to read the topic from.")
+@click.option("--bootstrap-server", "-b", "bootstrap", required=True, help="The Kafka to read the topic from.")
 @click.option("--topic", default="__remote_log_metadata", show_default=True,
               help="The metadata topic (remote.log.metadata.topic.name).")
 @click.option("--out", required=True, type=_DIR, help="The new archive's directory (must not exist).")

@@ -58,6 +58,17 @@ def test_partition_arguments() -> None:
     assert parse_partition(f"{topic_id}:clicks-0:10") == TopicIdPartition(uuid_from_str(topic_id), "clicks-0", 10)
     with pytest.raises(ValueError):
         parse_partition("clicks-0:10")
+    for bad in ("x", "-1", "2147483648", "1.0", "\u0663"):  # the last: an Arabic-Indic digit, which int() takes
+        with pytest.raises(ValueError, match=f"is '{bad}': give a number from 0 to 2147483647"):
+            parse_partition(f"{topic_id}:clicks-0:{bad}")
+    assert parse_partition(f"{topic_id}:a:b:2147483647").partition == 2147483647
+
+
+def test_a_bad_partition_is_refused_before_any_call() -> None:
+    done = subprocess.run([sys.executable, "-m", "rlmm.cli", "query", "--retry-for", "0", "ready",
+                           "7Im3pooKyYT3GrJH6It1kQ:clicks-0:-1"], capture_output=True, text=True)
+    assert done.returncode == 2 and "give a number from 0 to 2147483647" in done.stderr
+    assert "Traceback" not in done.stderr and "no answer from" not in done.stderr
 
 
 def test_help_of_the_kafka_commands() -> None:

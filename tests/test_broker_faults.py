@@ -18,6 +18,7 @@ from consumers.broker import free_port
 from consumers.manager import NotInitializedError, RemoteLogMetadataManager
 from consumers.topic import TopicMismatchError, ensure_topic
 from rlmm.records import SegmentState, TopicIdPartition, encode_value, metadata_partition
+from rlmm.server.backend import Backend
 from rlmm.state.errors import ReplicaNotAvailable
 from rlmm.state.view import View
 from tests.kafka_compat import load_records
@@ -41,13 +42,19 @@ def add_finished(rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, start: in
     return seg.segment_id
 
 
-def test_broker_unreachable_at_start(rlmm_config, tmp_path) -> None:
+def test_broker_unreachable_at_start(rlmm_config, tmp_path, caplog) -> None:
+    """Not ready, writes refused, the cause in the status, librdkafka's lines logged once per kind and 10 s."""
     port = free_port()
     config = rlmm_config(num_partitions=3, retry_interval_ms=50)
     config = dataclasses.replace(config, bootstrap_servers=f"127.0.0.1:{port}")
+    caplog.set_level(logging.INFO, logger="consumers.kafka")
     with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
-        time.sleep(1.5)  # several attempts fail meanwhile
+        time.sleep(3)  # attempts fail meanwhile, each with a few connection failures
         assert rlmm.consumer.failure is None and not rlmm.consumer.initialized
+        failure = Backend(view, rlmm).failure()
+        assert failure is not None and failure.startswith(f"KafkaUnreachable: no Kafka broker of 127.0.0.1:{port}")
+        kinds = [r.args[0] for r in caplog.records if r.name == "consumers.kafka"]
+        assert kinds and len(kinds) == len(set(kinds)), kinds  # each kind once
         assert not rlmm.queries.is_ready(TP)
         with pytest.raises(ReplicaNotAvailable):
             rlmm.queries.highest_offset_for_epoch(TP, 0)
@@ -59,6 +66,7 @@ def test_broker_unreachable_at_start(rlmm_config, tmp_path) -> None:
             assert rlmm.consumer.wait_ready([TP], timeout=30)
             seg = add_finished(rlmm, TP, 0, 9)
             assert rlmm.queries.remote_log_segment_metadata(TP, 0, 5).segment_id == seg
+            assert rlmm.consumer.kafka_problem is None and Backend(view, rlmm).failure() is None
         finally:
             broker.stop()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from consumers.broker import free_port
 from rlmm.cli import main
@@ -69,7 +70,7 @@ def test_missing_view_and_view_in_use(tmp_path, held_view) -> None:
     result = invoke("quarantine", "--view", str(tmp_path / "nothing"))
     assert result.exit_code == 1
     one_error_line(result.stderr, f"no view at {tmp_path / 'nothing'}", "rlmm serve")
-    result = invoke("snapshot", "export", "--db", str(tmp_path / "nothing"), "--out", str(tmp_path / "s"))
+    result = invoke("snapshot", "export", "--view", str(tmp_path / "nothing"), "--out", str(tmp_path / "s"))
     assert result.exit_code == 1
     one_error_line(result.stderr, "no view at")
 
@@ -102,10 +103,10 @@ def test_serve_on_a_busy_address_or_without_its_certificate(tmp_path) -> None:
 
 def test_health_and_query_against_a_server_and_without_one(tmp_path) -> None:
     nobody = f"127.0.0.1:{free_port()}"
-    done = rlmm("health", "--address", nobody, "--json", "--timeout", "1")
+    done = rlmm("health", "--target", nobody, "--json", "--timeout", "1")
     assert done.returncode == 1
     assert json.loads(done.stdout) == {"address": nobody, "service": "", "status": "UNREACHABLE (UNAVAILABLE)"}
-    one_error_line(done.stderr, f"no health answer from {nobody}", "--address")
+    one_error_line(done.stderr, f"no health answer from {nobody}", "--target")
     done = rlmm("query", "--target", nobody, "--timeout", "1", "--retry-for", "0", "status")
     assert done.returncode == 1 and json.loads(done.stdout)["error"] == "UNAVAILABLE"
     one_error_line(done.stderr, f"UNAVAILABLE: no answer from {nobody}", "--target")
@@ -114,10 +115,10 @@ def test_health_and_query_against_a_server_and_without_one(tmp_path) -> None:
                                "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         target = f"127.0.0.1:{json.loads(server.stdout.readline())['port']}"
-        done = rlmm("health", "--address", target, "--json")
+        done = rlmm("health", "--target", target, "--json")
         assert (done.returncode, json.loads(done.stdout)) == (0, {"address": target, "service": "",
                                                                   "status": "SERVING"})
-        assert rlmm("health", "--address", target).stdout == "SERVING\n"
+        assert rlmm("health", "--target", target).stdout == "SERVING\n"
         done = rlmm("query", "--target", target, "size", "7Im3pooKyYT3GrJH6It1kQ:clicks:0")
         assert done.returncode == 1 and json.loads(done.stdout)["error"] == "NOT_FOUND"
         one_error_line(done.stderr, "NOT_FOUND: ")
@@ -131,22 +132,22 @@ def test_health_and_query_against_a_server_and_without_one(tmp_path) -> None:
 def test_snapshot_verify_json_and_exit_codes(tmp_path) -> None:
     events, tps = workload_events(600, seed=5)
     live_view(events, tps, tmp_path / "live").close()
-    assert invoke("snapshot", "export", "--db", str(tmp_path / "live"), "--out", str(tmp_path / "s"),
+    assert invoke("snapshot", "export", "--view", str(tmp_path / "live"), "--out", str(tmp_path / "s"),
                   "--num-partitions", "5").exit_code == 0
-    result = invoke("snapshot", "verify", str(tmp_path / "s"), "--db", str(tmp_path / "live"), "--json")
+    result = invoke("snapshot", "verify", str(tmp_path / "s"), "--view", str(tmp_path / "live"), "--json")
     assert (result.exit_code, json.loads(result.stdout)) == (0, {"differences": 0, "details": []})
     with View(tmp_path / "live") as view, view.batch() as batch:
         batch.apply(0, 10_000, b"\x00garbage")
-    result = invoke("snapshot", "verify", str(tmp_path / "s"), "--db", str(tmp_path / "live"), "--json")
+    result = invoke("snapshot", "verify", str(tmp_path / "s"), "--view", str(tmp_path / "live"), "--json")
     answer = json.loads(result.stdout)
     assert result.exit_code == 1 and answer["differences"] == len(answer["details"]) == 2
     assert answer["details"][0].startswith("metadata partition 0: snapshot offset")
     assert answer["details"][1].startswith("quarantine 0/10000")
 
-    result = invoke("snapshot", "restore", str(tmp_path / "s"), "--db", str(tmp_path / "live"))
+    result = invoke("snapshot", "restore", str(tmp_path / "s"), "--view", str(tmp_path / "live"))
     assert result.exit_code == 1
     one_error_line(result.stderr, "exists and is not empty", "fresh view")
-    result = invoke("snapshot", "verify", str(tmp_path / "nothing"), "--db", str(tmp_path / "live"))
+    result = invoke("snapshot", "verify", str(tmp_path / "nothing"), "--view", str(tmp_path / "live"))
     assert result.exit_code == 1
     one_error_line(result.stderr, "no snapshot directory")
 
@@ -159,6 +160,11 @@ def test_replay_and_decode_failures(tmp_path) -> None:
     result = CliRunner().invoke(main, ["decode"], input="zz\n")
     assert result.exit_code == 1
     one_error_line(result.stderr, "line 1: not a hex record value", "--format")
+    binary = tmp_path / "value.bin"  # a real binary record value, given without --format raw
+    binary.write_bytes(bytes.fromhex("0100000d6d6574726963735f76322d30") + bytes(range(128, 256)))
+    done = rlmm("decode", str(binary))
+    assert done.returncode == 1
+    one_error_line(done.stderr, "line 1: not a hex record value", "--format raw")
 
 
 def test_exit_codes_are_in_the_help_and_the_readme() -> None:
@@ -172,6 +178,30 @@ def test_archive_from_an_unreachable_broker_is_one_error_line(tmp_path) -> None:
     bootstrap = f"127.0.0.1:{free_port()}"
     done = rlmm("archive", "-b", bootstrap, "--out", str(tmp_path / "archive"))
     assert done.returncode == 1
-    one_error_line(done.stderr, f"cannot read __remote_log_metadata from {bootstrap}", "check --bootstrap-servers")
+    one_error_line(done.stderr, f"cannot read __remote_log_metadata from {bootstrap}", "check --bootstrap-server")
     assert "rdkafka" not in done.stderr and len(done.stderr.strip().splitlines()) == 2, done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_snapshot_build_checks_its_inputs_before_starting_spark(kafka, tmp_path) -> None:
+    """An existing --out, an unreachable broker, and an older snapshot of another topic are refused at once."""
+    (tmp_path / "taken").mkdir()
+    nobody = f"127.0.0.1:{free_port()}"
+    events, tps = workload_events(300, seed=5)
+    live_view(events, tps, tmp_path / "live").close()
+    assert invoke("snapshot", "export", "--view", str(tmp_path / "live"), "--out", str(tmp_path / "base"),
+                  "--topic", "another-metadata-topic", "--num-partitions", "5").exit_code == 0
+    topic = f"rlmm-test-{free_port()}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 5)])[topic].result()
+    for args, expected in [
+        (["-b", kafka.bootstrap_servers, "--topic", topic, "--out", str(tmp_path / "taken")], "exists"),
+        (["-b", nobody, "--out", str(tmp_path / "s1")], f"cannot read __remote_log_metadata from {nobody}"),
+        (["-b", kafka.bootstrap_servers, "--topic", topic, "--from", str(tmp_path / "base"), "--out",
+          str(tmp_path / "s2")], "is a snapshot of the topic 'another-metadata-topic'"),
+    ]:
+        done = rlmm("snapshot", "build", *args)
+        assert done.returncode == 1
+        one_error_line(done.stderr, expected)
+        assert "starting Spark" not in done.stderr
+    assert not (tmp_path / "s1").exists() and not (tmp_path / "s2").exists()

@@ -4,10 +4,12 @@ hold real numbers, not just exit code 0."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
@@ -59,20 +61,21 @@ def test_health_command_against_a_server(tmp_path) -> None:
                              stderr=subprocess.DEVNULL, text=True)
     try:
         port = json.loads(serve.stdout.readline())["port"]
-        done = subprocess.run([sys.executable, "-m", "rlmm.cli", "health", "--address", f"127.0.0.1:{port}"],
+        done = subprocess.run([sys.executable, "-m", "rlmm.cli", "health", "--target", f"127.0.0.1:{port}"],
                               capture_output=True, text=True, timeout=30)
         assert (done.returncode, done.stdout.strip()) == (0, "SERVING")
     finally:
         serve.terminate()
         serve.wait(15)
-    down = subprocess.run([sys.executable, "-m", "rlmm.server.healthcheck", "--address", f"127.0.0.1:{port}",
+    down = subprocess.run([sys.executable, "-m", "rlmm.server.healthcheck", "--target", f"127.0.0.1:{port}",
                            "--timeout", "1"], capture_output=True, text=True, timeout=30)
     assert down.returncode == 1 and down.stdout.startswith("UNREACHABLE")
 
 
-def _demo(*args: str) -> subprocess.Popen:
+def _demo(*args: str, tmp: Path | None = None) -> subprocess.Popen:
+    env = {**os.environ, "TMPDIR": str(tmp)} if tmp is not None else None
     return subprocess.Popen([sys.executable, "-m", "rlmm.cli", "demo", "--events", "200", "--partitions", "5",
-                             "--json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def test_demo_keep_serves_queries_until_ctrl_c() -> None:
@@ -95,16 +98,20 @@ def test_demo_keep_serves_queries_until_ctrl_c() -> None:
     assert _gone(summary["broker"]["pid"]) and _gone(summary["service"]["pid"])
 
 
-def test_demo_ctrl_c_while_working_stops_everything() -> None:
-    demo = _demo("--events", "200000")  # far more than it can send before the signal
+def test_demo_ctrl_c_while_working_stops_everything(tmp_path) -> None:
+    demo = _demo("--events", "200000", tmp=tmp_path)  # far more than it can send before the signal
     deadline = time.monotonic() + 60
     children: list[int] = []
     while len(children) < 2 and time.monotonic() < deadline:  # until the broker and the service run
         time.sleep(0.5)
         children = [p.pid for p in psutil.Process(demo.pid).children(recursive=True)]
     time.sleep(2)  # the workload under way
+    assert [p.name[:10] for p in tmp_path.iterdir()] == ["rlmm-demo-"]
     demo.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    demo.send_signal(signal.SIGINT)  # impatient: a second Ctrl-C while it stops the service
     demo.wait(60)
     assert demo.returncode == 130, demo.stderr.read()[-2000:]
     assert "interrupted: broker and service stopped" in demo.stderr.read()
     assert len(children) >= 2 and all(_gone(pid) for pid in children)
+    assert list(tmp_path.iterdir()) == []  # its temporary directory is gone too

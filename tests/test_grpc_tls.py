@@ -99,7 +99,7 @@ def test_health_command_over_tls_and_mutual_tls(pki, tmp_path) -> None:
     runner = CliRunner()
 
     def health(port: int, *args: str):
-        return runner.invoke(main, ["health", "--address", f"127.0.0.1:{port}", "--timeout", "2", *args])
+        return runner.invoke(main, ["health", "--target", f"127.0.0.1:{port}", "--timeout", "2", *args])
 
     with View(tmp_path / "view") as view:
         fill_view(view, TP, [segment(TP, 0, 9)])

@@ -132,7 +132,7 @@ def test_corrupt_snapshot_refused(case, snapshot, tmp_path):
         restore(snapshot, tmp_path / "restored")
     assert not (tmp_path / "restored").exists()
     assert not list(tmp_path.glob("restored*"))
-    result = CliRunner().invoke(main, ["snapshot", "restore", str(snapshot), "--db", str(tmp_path / "restored")])
+    result = CliRunner().invoke(main, ["snapshot", "restore", str(snapshot), "--view", str(tmp_path / "restored")])
     assert result.exit_code == 1 and "error:" in result.output
 
 
@@ -146,17 +146,17 @@ def test_cli_export_restore_verify(tmp_path):
     events, tps = workload_events(1500, seed=9)
     live_view(events, tps, tmp_path / "live").close()
     runner = CliRunner()
-    result = runner.invoke(main, ["snapshot", "export", "--db", str(tmp_path / "live"), "--out", str(tmp_path / "s"),
+    result = runner.invoke(main, ["snapshot", "export", "--view", str(tmp_path / "live"), "--out", str(tmp_path / "s"),
                                   "--num-partitions", "5"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["counts"]["partitions"] > 0
-    result = runner.invoke(main, ["snapshot", "restore", str(tmp_path / "s"), "--db", str(tmp_path / "r"), "--quiet"])
+    result = runner.invoke(main, ["snapshot", "restore", str(tmp_path / "s"), "--view", str(tmp_path / "r"), "--quiet"])
     assert result.exit_code == 0, result.output
-    result = runner.invoke(main, ["snapshot", "verify", str(tmp_path / "s"), "--db", str(tmp_path / "r")])
+    result = runner.invoke(main, ["snapshot", "verify", str(tmp_path / "s"), "--view", str(tmp_path / "r")])
     assert result.exit_code == 0 and json.loads(result.output.splitlines()[-1]) == {"differences": 0}
     with View(tmp_path / "r") as view, view.batch() as batch:
         batch.apply(0, 10_000, b"\x00garbage")
-    result = runner.invoke(main, ["snapshot", "verify", str(tmp_path / "s"), "--db", str(tmp_path / "r")])
+    result = runner.invoke(main, ["snapshot", "verify", str(tmp_path / "s"), "--view", str(tmp_path / "r")])
     assert result.exit_code == 1 and "quarantine 0/10000" in result.output
 
 

@@ -246,3 +246,28 @@ def test_a_partition_with_records_in_two_metadata_partitions_is_refused(spark, t
                                             f"one metadata partition"):
         build(spark, tmp_path / "snap", archive_dir=tmp_path / "archive")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["archive"]
+
+
+def test_ctrl_c_during_a_build_cancels_it_quietly(tmp_path):
+    """A real SIGINT while Spark runs the build's job: exit 130, one line saying so, no tracebacks, nothing
+    written (before: ~60 lines of py4j and Spark tracebacks)."""
+    import signal
+    import subprocess
+    import sys
+    events, _ = workload_events(60_000, seed=31)
+    write_archive(tmp_path / "archive", dense(events), 5)
+    build = subprocess.Popen([sys.executable, "-m", "rlmm.cli", "snapshot", "build", "--archive",
+                              str(tmp_path / "archive"), "--out", str(tmp_path / "snap"), "--master", "local[2]"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in build.stderr:  # progress lines until the job runs
+        lines.append(line)
+        if "] stage " in line:
+            break
+    build.send_signal(signal.SIGINT)
+    out, err = build.communicate(timeout=120)
+    lines += err.splitlines(keepends=True)
+    assert build.returncode == 130, "".join(lines)
+    assert lines[-1] == "interrupted: Spark's jobs cancelled, nothing written\n" and out == ""
+    assert "Traceback" not in "".join(lines) and " ERROR " not in "".join(lines)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["archive"]

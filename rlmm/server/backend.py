@@ -83,8 +83,8 @@ class Backend:
         return None if producer is None else producer.failure
 
     def failure(self) -> str | None:
-        """Why the server does not serve: for good (the view is damaged, the consumer stopped), or until the
-        view takes writes again (a full disk)."""
+        """Why the server does not serve, or does not keep up: for good (the view is damaged, the consumer
+        stopped), until the view takes writes again (a full disk), or while no Kafka broker answers."""
         consumer = None if self._manager is None else self._manager.consumer
         failure = self.view.fault or (None if consumer is None else consumer.failure)
         if failure is not None:
@@ -92,7 +92,10 @@ class Backend:
         if consumer is not None and consumer.storage_failure is not None:
             return f"ViewStorageFailed: {consumer.storage_failure}"
         producer_failure = self._producer_failure()
-        return None if producer_failure is None else f"ProducerRecoveringError: {producer_failure}"
+        if producer_failure is not None:
+            return f"ProducerRecoveringError: {producer_failure}"
+        problem = None if consumer is None else consumer.kafka_problem
+        return None if problem is None else f"KafkaUnreachable: {problem}"
 
     def producers_recreated(self) -> int:
         """Producers replaced after a fatal error."""

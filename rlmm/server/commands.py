@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from rlmm.cli_errors import Failure, view_errors
+from rlmm.cli_vocabulary import GroupOptionsAnywhere
 from rlmm.records.canonical import to_canonical
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def _settings_problems(exc: ValidationError) -> str:
 _PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
-@click.group()
+@click.group(cls=GroupOptionsAnywhere)
 @click.option("--target", "-t", default="127.0.0.1:50051", show_default=True, envvar="RLMM_TARGET",
               help="The server, HOST:PORT (or RLMM_TARGET).")
 @click.option("--ca", type=_PEM, help="Verify the server's TLS certificate with this CA (PEM).")

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import click
 
+from rlmm.cli_vocabulary import RenamingCommand
+
 _PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
-@click.command()
-@click.option("--address", "-a", default="127.0.0.1:50051", show_default=True, envvar="RLMM_TARGET",
+@click.command(cls=RenamingCommand)
+@click.option("--target", "-t", default="127.0.0.1:50051", show_default=True, envvar="RLMM_TARGET",
               help="The server, HOST:PORT (or RLMM_TARGET).")
 @click.option("--service", default="", help="A service name (default: the whole server).")
 @click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds before giving up.")
@@ -25,7 +27,7 @@ _PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--key", type=_PEM, envvar="RLMM_HEALTH_KEY", help="Its private key (PEM; or RLMM_HEALTH_KEY).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"address": ..., "service": ..., "status": ...} instead of the bare status.')
-def health(address: str, service: str, timeout: float, ca: Path | None, cert: Path | None, key: Path | None,
+def health(target: str, service: str, timeout: float, ca: Path | None, cert: Path | None, key: Path | None,
            as_json: bool) -> None:
     """Check a running rlmm server's grpc.health.v1 status: print SERVING, NOT_SERVING or UNREACHABLE (CODE);
     exit 0 if SERVING, else 1. Plaintext unless --ca is given."""
@@ -36,15 +38,15 @@ def health(address: str, service: str, timeout: float, ca: Path | None, cert: Pa
     if cert is not None and ca is None:
         raise click.UsageError("--cert and --key need --ca (they are for a TLS server)")
     try:
-        with RlmmClient.from_files(address, ca=ca, cert=cert, key=key, timeout=timeout, retry_for=0) as client:
+        with RlmmClient.from_files(target, ca=ca, cert=cert, key=key, timeout=timeout, retry_for=0) as client:
             status = client.health(service)
     except RlmmError as exc:
         status = f"UNREACHABLE ({exc.code.name})"
-    click.echo(json.dumps({"address": address, "service": service, "status": status}) if as_json else status)
+    click.echo(json.dumps({"address": target, "service": service, "status": status}) if as_json else status)
     if status.startswith("UNREACHABLE"):
-        click.echo(f"error: no health answer from {address}: is rlmm serve running there, "
+        click.echo(f"error: no health answer from {target}: is rlmm serve running there, "
                    f"{'with TLS signed by --ca' if ca else 'in plaintext (for TLS give --ca)'}? Give its address "
-                   f"with --address or RLMM_TARGET", err=True)
+                   f"with --target or RLMM_TARGET", err=True)
     sys.exit(0 if status == "SERVING" else 1)
 
 
