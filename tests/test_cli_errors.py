@@ -84,6 +84,7 @@ def test_missing_view_and_view_in_use(tmp_path, held_view) -> None:
 
 
 def test_serve_on_a_busy_address_or_without_its_certificate(tmp_path) -> None:
+    View(tmp_path / "v").close()  # an existing view, served read-only
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -111,6 +112,7 @@ def test_health_and_query_against_a_server_and_without_one(tmp_path) -> None:
     assert done.returncode == 1 and json.loads(done.stdout)["error"] == "UNAVAILABLE"
     one_error_line(done.stderr, f"UNAVAILABLE: no answer from {nobody}", "--target")
 
+    View(tmp_path / "v").close()
     server = subprocess.Popen([*RLMM, "serve", "--view", str(tmp_path / "v"), "--listen", "127.0.0.1:0",
                                "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -165,6 +167,13 @@ def test_replay_and_decode_failures(tmp_path) -> None:
     done = rlmm("decode", str(binary))
     assert done.returncode == 1
     one_error_line(done.stderr, "line 1: not a hex record value", "--format raw")
+
+
+def test_serve_without_kafka_needs_an_existing_view(tmp_path) -> None:
+    """Read-only serving of a directory that holds no view would answer nothing, as healthy."""
+    done = rlmm("serve", "--view", str(tmp_path / "nothing"), "--listen", "127.0.0.1:0")
+    assert done.returncode == 2 and "there is none at" in done.stderr and "--bootstrap-server" in done.stderr
+    assert not (tmp_path / "nothing").exists()
 
 
 def test_exit_codes_are_in_the_help_and_the_readme() -> None:

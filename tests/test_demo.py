@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from rlmm.state.view import View
+
 QUERY_KINDS = {"remote_log_segment_metadata", "batch_remote_log_segment_metadata", "highest_offset_for_epoch",
                "list_remote_log_segments", "list_epoch_segments", "remote_log_size", "remote_log_size_epoch",
                "next_segment_with_txn_index", "max_timestamp", "is_ready", "status", "health"}
@@ -56,6 +58,7 @@ def test_demo_stops_everything() -> None:
 
 def test_health_command_against_a_server(tmp_path) -> None:
     """``rlmm health`` (the Docker HEALTHCHECK): 0 and SERVING on a running server, 1 when none answers."""
+    View(tmp_path / "view").close()  # served read-only
     serve = subprocess.Popen([sys.executable, "-m", "rlmm.cli", "serve", "--view", str(tmp_path / "view"),
                               "--listen", "127.0.0.1:0", "--grace-s", "1"], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -59,7 +60,7 @@ def test_dockerfile_base_user_install() -> None:
 
 
 def test_dockerfile_entrypoint_cmd_and_healthcheck_are_rlmm_commands() -> None:
-    assert json.loads(_instruction("ENTRYPOINT")) == ["rlmm"]
+    assert json.loads(_instruction("ENTRYPOINT")) == ["tini", "--", "rlmm"]  # an init as PID 1
     cmd = json.loads(_instruction("CMD"))
     assert cmd[0] == "serve"
     _check_args(cmd)
@@ -90,7 +91,7 @@ def test_compose_kafka_is_kraft_with_tiered_storage() -> None:
     assert kafka["image"].startswith("apache/kafka:")
     env = kafka["environment"]
     assert "controller" in env["KAFKA_PROCESS_ROLES"] and env["KAFKA_CONTROLLER_QUORUM_VOTERS"]
-    assert env["KAFKA_REMOTE_LOG_STORAGE_SYSTEM_ENABLE"] == "true"
+    assert env["KAFKA_REMOTE_LOG_STORAGE_SYSTEM_ENABLE"] == "${TIERED_STORAGE:-false}"  # on with a plugin
     assert env["KAFKA_REMOTE_LOG_METADATA_MANAGER_CLASS_NAME"].endswith("TopicBasedRemoteLogMetadataManager")
     assert env["KAFKA_RLMM_CONFIG_REMOTE_LOG_METADATA_TOPIC_NUM_PARTITIONS"] == 50
     assert env["KAFKA_REMOTE_LOG_STORAGE_MANAGER_CLASS_NAME"]
@@ -108,3 +109,50 @@ def test_compose_commands_are_rlmm_commands() -> None:
     assert snapshot[:2] == ["snapshot", "build"]
     _check_args(snapshot)
     _check_args(services["rlmm"]["healthcheck"]["test"][2:])
+
+
+def _image_env() -> dict[str, str]:
+    text = (DOCKER / "Dockerfile").read_text().replace("\\\n", " ")
+    pairs = [pair for line in text.splitlines() if line.startswith("ENV ") for pair in line.split()[1:]]
+    return dict(pair.split("=", 1) for pair in pairs if pair.startswith("RLMM_"))
+
+
+def test_the_image_default_command_refuses_to_serve_nothing(tmp_path) -> None:
+    """The image's CMD with its environment, run outside Docker: without a broker it exits with why, instead
+    of serving an empty view as healthy; the health probe's address comes from the environment too."""
+    env = _image_env()
+    assert env["RLMM_TARGET"].endswith(env["RLMM_LISTEN"].rsplit(":", 1)[1])
+    assert "127.0.0.1" not in _instruction("HEALTHCHECK")  # the address is RLMM_TARGET's
+    env["RLMM_VIEW"] = str(tmp_path / "view")
+    env["RLMM_LISTEN"] = env["RLMM_METRICS_LISTEN"] = "127.0.0.1:0"
+    done = subprocess.run([*RLMM, *json.loads(_instruction("CMD"))], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **env})
+    assert done.returncode == 2 and "RLMM_BOOTSTRAP_SERVERS" in done.stderr and "there is none" in done.stderr
+
+
+def test_compose_keeps_kafka_and_the_view_and_stops_gracefully() -> None:
+    compose = _compose()
+    services = compose["services"]
+    kafka, rlmm = services["kafka"], services["rlmm"]
+    compat = json.loads((DOCKER.parent / "tests/compat/replay-public/p01-basic-lifecycle/scenario.json").read_text())
+    assert kafka["image"] == f"apache/kafka:{compat['kafka_version']}"
+    assert "kafka-data:" + kafka["environment"]["KAFKA_LOG_DIRS"] in kafka["volumes"]
+    assert any(v.startswith("rlmm-view:") for v in rlmm["volumes"])
+    for name in ("kafka", "rlmm"):
+        assert services[name]["restart"] == "unless-stopped" and services[name]["init"] is True
+    grace = float(rlmm["stop_grace_period"].rstrip("s"))
+    assert grace > 30  # the server's default drain (grace_s), then the flush
+    snapshot_volume = services["snapshot"]["volumes"][0].split(":")[0]
+    assert any(v.split(":")[0] == snapshot_volume for v in rlmm["volumes"])  # rlmm can restore what it writes
+    assert kafka["environment"]["KAFKA_REMOTE_LOG_STORAGE_SYSTEM_ENABLE"] == "${TIERED_STORAGE:-false}"
+    assert kafka["volumes"][0] == "${RSM_PLUGIN_DIR:-./rsm}:/opt/kafka/rsm:ro" and (DOCKER / "rsm").is_dir()
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    ignored = {line.strip() for line in (DOCKER.parent / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert {".venv", ".git", "build", "**/*.so"} <= ignored
+    copied = re.findall(r"^COPY (.+) \S+$", (DOCKER / "Dockerfile").read_text(), re.M)
+    for sources in copied:
+        for source in sources.split():
+            assert source not in ignored and (DOCKER.parent / source).exists(), source

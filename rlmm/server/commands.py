@@ -68,6 +68,10 @@ def serve(config_file: Path | None, kafka: tuple[str, ...], reset: bool, **flags
         raise click.UsageError(str(exc)) from None
     if reset and config.rlmm_config() is None:
         raise click.UsageError("--reset consumes the topic again into a fresh view: give the bootstrap servers")
+    if config.rlmm_config() is None and not (config.view / "CURRENT").is_file():
+        raise click.UsageError(f"without bootstrap servers serve answers read-only from an existing view, and there "
+                               f"is none at {config.view}: give --bootstrap-server (or RLMM_BOOTSTRAP_SERVERS), or "
+                               f"restore a snapshot there first (rlmm snapshot restore)")
     setup_logging(config.log_level, config.log_format)
     try:
         with view_errors(config.view):
