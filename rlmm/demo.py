@@ -24,6 +24,8 @@ from pathlib import Path
 import click
 
 from rlmm.cli_errors import Failure
+from rlmm.records.canonical import to_canonical
+from rlmm.records.model import SegmentMetadata
 
 TOPIC = "__remote_log_metadata"
 UNDECODABLE = b"\xff\xfe not a remote log metadata record"
@@ -186,14 +188,12 @@ def run_demo(events: int, partitions: int, metadata_partitions: int, seed: int, 
             for name, call in calls.items():
                 try:
                     result, ms = _timed(call)
-                    answer = (len(result) if isinstance(result, list) else
-                              result if isinstance(result, (bool, int)) or result is None else "segment")
-                    latencies[name] = {"ms": round(ms, 3), "answer": answer}
+                    latencies[name] = {"ms": round(ms, 3), "answer": _as_json(result)}
                 except RlmmError as exc:  # an answer too (e.g. RemoteResourceNotFound), still a round trip
                     latencies[name] = {"ms": None, "error": exc.code.name}
                 progress.advance(queries)
             status, status_ms = _timed(client.status)
-            latencies["status"] = {"ms": round(status_ms, 3), "answer": "status"}
+            latencies["status"] = {"ms": round(status_ms, 3), "answer": status}
             health, health_ms = _timed(client.health)
             latencies["health"] = {"ms": round(health_ms, 3), "answer": health}
 
@@ -278,6 +278,22 @@ def _tp_text(tp) -> str:
     return f"{uuid_to_str(tp.topic_id)}:{tp.topic}:{tp.partition}"
 
 
+def _as_json(answer: object) -> object:
+    """A query's answer as JSON: segments in Kafka's canonical form, lists element by element."""
+    if isinstance(answer, list):
+        return [_as_json(item) for item in answer]
+    return to_canonical(answer) if isinstance(answer, SegmentMetadata) else answer
+
+
+def _short(answer: object) -> str:
+    """An answer in a table cell: a segment by its offsets and state, a list by its length."""
+    if isinstance(answer, list):
+        return f"{len(answer)} segment(s)" if all(isinstance(a, dict) or a is None for a in answer) else str(answer)
+    if isinstance(answer, dict) and "start_offset" in answer:
+        return f"segment {answer['start_offset']}-{answer['end_offset']} ({answer['state']})"
+    return "status" if isinstance(answer, dict) else str(answer)
+
+
 def _print_summary(console, s: dict) -> None:
     from rich.table import Table
 
@@ -288,7 +304,8 @@ def _print_summary(console, s: dict) -> None:
                   f"(ready wait {s['ready_wait_ms']:.1f} ms); quarantined: {s['quarantined']}; health {s['health']}")
     table = Table("query", "latency ms", "answer")
     for name, q in s["queries"].items():
-        table.add_row(name, "-" if q.get("ms") is None else f"{q['ms']:.3f}", str(q.get("answer", q.get("error"))))
+        table.add_row(name, "-" if q.get("ms") is None else f"{q['ms']:.3f}",
+                      _short(q["answer"]) if "answer" in q else str(q.get("error")))
     console.print(table)
 
 

@@ -65,8 +65,10 @@ def main() -> int:
         return check()
     for stale in committed():
         (ROOT / stale).unlink()
-    for path in generate(ROOT):
-        print(f"wrote {path}")
+    with tempfile.TemporaryDirectory() as tmp:  # (generated apart: a listing of ROOT would take in .venv)
+        for path in generate(Path(tmp)):
+            (ROOT / path).write_bytes((Path(tmp) / path).read_bytes())
+            print(f"wrote {path}")
     return 0
 
 

@@ -33,9 +33,15 @@ def test_demo_json_summary() -> None:
     for name, query in summary["queries"].items():
         assert "error" not in query, (name, query)
         assert query["ms"] is not None and query["ms"] > 0, (name, query)
-    assert summary["queries"]["list_remote_log_segments"]["answer"] > 0
-    assert summary["queries"]["remote_log_size"]["answer"] > 0
-    assert summary["queries"]["is_ready"]["answer"] is True
+    answers = {name: query["answer"] for name, query in summary["queries"].items()}
+    listed = answers["list_remote_log_segments"]
+    assert listed and all(s["topic"] == summary["query_partition"].split(":")[1] for s in listed)
+    assert answers["remote_log_size"] == sum(s["segment_size_in_bytes"] for s in listed)  # real values agree
+    found = answers["remote_log_segment_metadata"]
+    assert found in listed and found["state"] == "COPY_SEGMENT_FINISHED"
+    assert answers["batch_remote_log_segment_metadata"] == [found] * 10
+    assert answers["is_ready"] is True and answers["health"] == "SERVING"
+    assert answers["status"]["quarantined"] == summary["quarantined"]
     assert summary["quarantined"] >= 1
     assert summary["partitions"] == 20
     # every partition the workload did not delete is ready (seed 1 at this size deletes none)

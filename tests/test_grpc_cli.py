@@ -77,7 +77,8 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
         scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
         for line in ('rlmm_grpc_requests_total{code="OK",method="AddRemoteLogSegmentMetadata"} 1.0',
                      'rlmm_grpc_requests_total{code="NOT_FOUND",method="RemoteLogSize"} 1.0',
-                     "rlmm_records_applied_total 2.0", "rlmm_view_segments 1.0", "rlmm_quarantined_records 0.0",
+                     "rlmm_consumed_records_total 2.0", "process_resident_memory_bytes ", "rlmm_view_segments 1.0",
+                     "rlmm_quarantined_records 0.0",
                      'rlmm_metadata_partition_lag{partition="', "rlmm_grpc_request_duration_seconds_bucket",
                      'rlmm_view_records_total{result="applied"} 2.0', "rlmm_serving 1.0", "rlmm_view_disk_bytes"):
             assert line in scraped, line

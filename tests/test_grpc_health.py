@@ -107,3 +107,28 @@ def test_reflection_describes_the_services(tmp_path) -> None:
             service = descriptor_pool.DescriptorPool(database).FindServiceByName(SERVICE_NAME)
             assert "BatchRemoteLogSegmentMetadata" in service.methods_by_name
             assert service.methods_by_name["ListRemoteLogSegments"].server_streaming
+
+
+def test_reflection_answers_under_the_v1_name_too(tmp_path) -> None:
+    """grpcurl and newer clients ask grpc.reflection.v1 first; its messages are v1alpha's, field for field."""
+    from grpc_reflection.v1alpha import reflection_pb2
+    with View(tmp_path / "view") as view, running_server(view) as server:
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            for name in ("grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"):
+                call = channel.stream_stream(f"/{name}/ServerReflectionInfo",
+                                             request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                                             response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+                asks = [reflection_pb2.ServerReflectionRequest(list_services=""),
+                        reflection_pb2.ServerReflectionRequest(file_containing_symbol=SERVICE_NAME)]
+                listed, described = list(call(iter(asks), timeout=10))
+                names = {s.name for s in listed.list_services_response.service}
+                assert {SERVICE_NAME, "grpc.health.v1.Health", name} <= names
+                assert described.file_descriptor_response.file_descriptor_proto  # the service's file
+
+
+def test_the_protos_name_their_go_and_java_packages() -> None:
+    from rlmm.v1 import metadata_pb2, service_pb2
+    for module in (metadata_pb2, service_pb2):
+        options = module.DESCRIPTOR.GetOptions()
+        assert options.go_package.endswith("/rlmm/v1;rlmmv1") and options.java_package == "io.rlmm.v1"
+        assert options.java_multiple_files

@@ -12,13 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from consumers.manager import RemoteLogMetadataManager
 from rlmm.server.auth import WriteAuthorization
 from rlmm.server.backend import Backend
 from rlmm.server.config import ServeSettings, split_address
 from rlmm.server.metrics import Metrics
+from rlmm.server.reflection import enable_reflection
 from rlmm.server.servicer import SERVICE_NAME, RlmmServicer, add_to_server
 from rlmm.state.view import View, reset_view
 
@@ -69,9 +69,7 @@ class RlmmServer:
                                    options=[("grpc.so_reuseport", 0)])  # a second server on the port fails
         add_to_server(self.servicer, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
-            self._server)
+        enable_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), self._server)
         credentials = server_credentials(settings)
         host, port = split_address(settings.listen)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

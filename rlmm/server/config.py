@@ -69,7 +69,7 @@ class ServeSettings(BaseSettings):
     retry_after_ms: int = Field(500, ge=0, description="Retry delay suggested with UNAVAILABLE.")
     grace_s: float = Field(30.0, ge=0, description="On SIGTERM, how long in-flight calls may take to finish.")
     sync: bool = Field(False, description="fsync each view write batch.")
-    cache_mb: int = Field(64, ge=1, description="RocksDB block cache of the view, MB.")
+    cache_mb: int = Field(32, ge=1, description="RocksDB block cache of the view, MB.")
     row_cache_mb: int = Field(0, ge=0, description="RocksDB row cache of the view, MB (0: none): the offset index "
                                                    "entries batch lookups read (~270 bytes per segment), which then "
                                                    "skip the block searches.")

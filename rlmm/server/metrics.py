@@ -7,7 +7,14 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -21,6 +28,8 @@ LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes...
+        PlatformCollector(registry=self.registry)  # python_info
         self._calls = Counter("rlmm_grpc_requests", "gRPC calls handled, by method and status code",
                               ["method", "code"], registry=self.registry)
         self._latency = Histogram("rlmm_grpc_request_duration_seconds", "Time to handle a gRPC call, by method",
@@ -53,8 +62,9 @@ class _ViewCollector(Collector):
     def collect(self) -> Iterator:
         status = self.backend.status()
         yield GaugeMetricFamily("rlmm_serving", "1 when the health service reports SERVING", value=status.serving)
-        yield CounterMetricFamily("rlmm_records_applied", "Records of the metadata topic applied by this process "
-                                  "(its rate is the apply rate)", value=self.backend.records_applied())
+        yield CounterMetricFamily("rlmm_consumed_records", "Records this process read from the metadata topic "
+                                  "(its rate is the consumption rate; what became of them: rlmm_view_records)",
+                                  value=self.backend.records_applied())
         results = CounterMetricFamily("rlmm_view_records", "Records the view handled since it was created, by "
                                       "result", labels=["result"])
         for name, count in sorted(status.counters.items()):
