@@ -234,9 +234,14 @@ class _ArchiveReader(DataSourceReader):
 
 # A local rebuild's JVM is short-lived: with the C1 compiler alone it starts ~1 s sooner and runs a
 # first job ~1 s faster (bench_snapshot.py); long jobs on a cluster keep the JVM's defaults.
-# a local master: a faster-starting JVM, and everything bound to loopback (nothing listens beyond this host)
-LOCAL_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1", "spark.driver.host": "127.0.0.1",
-              "spark.driver.bindAddress": "127.0.0.1"}
+# a local master: a faster-starting JVM
+LOCAL_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+# a master on this host (local, or a standalone cluster on loopback): the driver listens on loopback only
+LOOPBACK_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+
+
+def on_loopback(master: str) -> bool:
+    return master.startswith("local") or master.split("://", 1)[-1].split(":", 1)[0] in ("127.0.0.1", "localhost")
 
 
 def spark_session(master: str = "local[*]", app: str = "rlmm-snapshot", conf: dict | None = None):
@@ -246,7 +251,7 @@ def spark_session(master: str = "local[*]", app: str = "rlmm-snapshot", conf: di
         raise RuntimeError("Spark needs Java (17): no `java` on PATH and JAVA_HOME is not set")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if master.startswith("local"):
+    if on_loopback(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM's own choice of address, before the conf
     from pyspark.sql import SparkSession
     builder = (SparkSession.builder.master(master).appName(app)
@@ -254,7 +259,8 @@ def spark_session(master: str = "local[*]", app: str = "rlmm-snapshot", conf: di
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "8")
                .config("spark.python.worker.reuse", "true"))
-    for k, v in {**(LOCAL_CONF if master.startswith("local") else {}), **(conf or {})}.items():
+    for k, v in {**(LOCAL_CONF if master.startswith("local") else {}), **(LOOPBACK_CONF if on_loopback(master) else {}),
+                 **(conf or {})}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
