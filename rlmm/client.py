@@ -28,7 +28,7 @@ from tenacity.wait import wait_base, wait_exponential_jitter
 
 from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentUpdate, TopicIdPartition
 from rlmm.records.serde import decode_value
-from rlmm.server import convert
+from rlmm import convert
 from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.v1 import service_pb2 as api
 from rlmm.v1 import service_pb2_grpc

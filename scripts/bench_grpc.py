@@ -99,7 +99,7 @@ def build_view(path: Path, segments: int) -> None:
 
 @functools.cache
 def _partition_pb(i: int):
-    from rlmm.server.convert import topic_id_partition_pb
+    from rlmm.convert import topic_id_partition_pb
 
     return topic_id_partition_pb(partition(i))
 
@@ -164,7 +164,7 @@ def batch_client(port: int, per_partition: int, seed: int, go, seconds: float, b
     """Batches of random lookups, one call at a time, asked as ``mode`` says (see ``BATCH_MODES``); every
     answer is received and parsed."""
     from rlmm.records.serde import decode_value
-    from rlmm.server.convert import segment_metadata_from_pb
+    from rlmm.convert import segment_metadata_from_pb
     from rlmm.v1 import service_pb2 as api
 
     rng = random.Random(seed)
@@ -227,7 +227,7 @@ def warm_up(port: int, per_partition: int, batch: int) -> float:
 
 def stream_ms(port: int, runs: int = 7) -> tuple[float, int]:
     """Median time to receive every segment of partition 0, and how many it has."""
-    from rlmm.server.convert import topic_id_partition_pb
+    from rlmm.convert import topic_id_partition_pb
     from rlmm.v1 import service_pb2 as api
 
     stub = _stub(port)

@@ -13,7 +13,7 @@ import pytest
 from rlmm.client import RlmmError
 from rlmm.records.model import SegmentMetadata, SegmentState
 from rlmm.records.serde import decode_value, encode_value
-from rlmm.server import convert
+from rlmm import convert
 from rlmm.state.errors import KafkaStateError
 from rlmm.state.view import View
 from rlmm.v1 import service_pb2 as api

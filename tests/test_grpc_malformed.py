@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rlmm.client import RlmmClient
 from rlmm.records.model import TopicIdPartition
-from rlmm.server import convert
+from rlmm import convert
 from rlmm.server.servicer import SERVICE, SERVICE_NAME
 from rlmm.state.view import View
 from rlmm.v1 import metadata_pb2 as pb

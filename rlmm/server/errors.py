@@ -23,7 +23,7 @@ from consumers.manager import (
 )
 from consumers.producer import ProducerRecoveringError
 from consumers.topic import TopicChangedError
-from rlmm.server.convert import ArgumentError
+from rlmm.convert import ArgumentError
 from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable, ViewDamaged, ViewStorageFailed
 
 DOMAIN = "rlmm.v1"

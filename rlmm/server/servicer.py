@@ -18,10 +18,10 @@ from google.protobuf.message_factory import GetMessageClass
 from rlmm.records.model import SegmentMetadata, TopicIdPartition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.records.uuid import uuid_to_str
-from rlmm.server import convert
+from rlmm import convert
 from rlmm.server.auth import WriteAuthorization
 from rlmm.server.backend import Backend
-from rlmm.server.convert import ArgumentError, not_negative, partition_of, required
+from rlmm.convert import ArgumentError, not_negative, partition_of, required
 from rlmm.server.errors import failure_of, internal
 from rlmm.server.metrics import Metrics
 from rlmm.state.errors import KafkaStateError, RemoteResourceNotFound

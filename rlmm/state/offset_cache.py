@@ -19,16 +19,22 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from itertools import islice
+from typing import Protocol
 
 from rlmm.state import keys as K
-from rlmm.state.kv import StagedKV
-from rlmm.state.rocks import RocksKV
+from rlmm.state.kv import ReadKV, StagedKV
 
 EPOCH_WEIGHT = 19  # the ~150 bytes of an epoch's array, key and dict slot, in start offsets
 
 
+class MultiGetKV(ReadKV, Protocol):
+    """A store that reads many keys in one call (RocksDB's multi-get, in the view)."""
+
+    def get_many(self, cf: str, keys: list[bytes]) -> list[bytes | None]: ...
+
+
 class OffsetCache:
-    def __init__(self, base: RocksKV, limit: int) -> None:
+    def __init__(self, base: MultiGetKV, limit: int) -> None:
         self.base = base
         self.limit = limit
         self._starts: dict[bytes, array] = {}  # epoch prefix -> sorted start offsets
