@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 
 from consumers.ratelog import RateLimitedLog
 
+
 class _KafkaClientLog:
     """librdkafka's log lines (``logger`` of every client), each kind (its facility: FAIL, CONNECT...) at most
     once per 10 s: a broker that is down gives a line per connection attempt, many a second."""
@@ -138,7 +139,8 @@ class RlmmConfig:
         if self.num_partitions < 1:
             raise ValueError(f"remote.log.metadata.topic.num.partitions must be at least 1, got {self.num_partitions}")
         if self.replication_factor < 1:
-            raise ValueError(f"remote.log.metadata.topic.replication.factor must be at least 1, got {self.replication_factor}")
+            raise ValueError(f"remote.log.metadata.topic.replication.factor must be at least 1, got "
+                             f"{self.replication_factor}")
         if self.consume_wait_ms < 1 or self.max_batch_records < 1 or self.retry_interval_ms < 1:
             raise ValueError("remote.log.metadata.consume.wait.ms, .initialization.retry.interval.ms and "
                              ".consume.max.batch.records must be positive")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from concurrent.futures import CancelledError, Future, TimeoutError as FutureTimeout
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -153,7 +154,8 @@ class RemoteLogMetadataManager:
         ``WriteTimeoutError`` after ``timeout`` s."""
         if not self._applied_within(metadata_partition, offset, timeout):
             raise WriteTimeoutError(f"record {self.config.topic}-{metadata_partition}@{offset} not applied within "
-                                    f"{timeout} s; it may still be applied later; {self._lag_summary(metadata_partition)}")
+                                    f"{timeout} s; it may still be applied later; "
+                                    f"{self._lag_summary(metadata_partition)}")
 
     def _applied_within(self, metadata_partition: int, offset: int, timeout: float) -> bool:
         future: Future[None] = self.watcher.wait_for(metadata_partition, offset)

@@ -16,7 +16,6 @@ from rlmm.records.model import TopicIdPartition
 from rlmm.records.uuid import uuid_from_str
 from rlmm.state.view import View, reset_view
 
-
 MAX_PARTITION = 2**31 - 1  # Kafka's partition numbers are int32, from 0
 
 

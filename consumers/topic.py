@@ -6,7 +6,6 @@ partitioner would then put records where other readers and writers do not look."
 from __future__ import annotations
 
 import logging
-
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -54,7 +53,8 @@ def describe_topic(admin: AdminClient, topic: str, timeout: float) -> TopicIdent
             return None
         raise
     except TimeoutError:
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no description of {topic} within {timeout} s")) from None
+        timed_out = KafkaError(KafkaError._TIMED_OUT, f"no description of {topic} within {timeout} s")
+        raise KafkaException(timed_out) from None
     topic_id = str(description.topic_id) if description.topic_id is not None else _NO_TOPIC_ID
     return TopicIdentity(None if topic_id == _NO_TOPIC_ID else topic_id, len(description.partitions))
 

@@ -251,7 +251,8 @@ from rlmm.server.commands import query, serve  # noqa: E402  (the gRPC service's
 main.add_command(serve)
 main.add_command(query)
 
-from snapshots.cli import archive as _archive, snapshot as _snapshot  # noqa: E402  (snapshot commands)
+from snapshots.cli import archive as _archive  # noqa: E402  (snapshot commands)
+from snapshots.cli import snapshot as _snapshot  # noqa: E402
 
 main.add_command(_snapshot)
 main.add_command(_archive)

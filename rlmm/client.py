@@ -26,9 +26,9 @@ from grpc_status import rpc_status
 from tenacity import Retrying, retry_if_exception, stop_after_delay
 from tenacity.wait import wait_base, wait_exponential_jitter
 
+from rlmm import convert
 from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentUpdate, TopicIdPartition
 from rlmm.records.serde import decode_value
-from rlmm import convert
 from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.v1 import service_pb2 as api
 from rlmm.v1 import service_pb2_grpc
@@ -149,7 +149,9 @@ class RlmmClient:
     def from_files(cls, target: str, *, ca: Path | None = None, cert: Path | None = None, key: Path | None = None,
                    **kwargs) -> RlmmClient:
         """Certificates and key read from PEM files."""
-        read = (lambda p: None if p is None else Path(p).read_bytes())
+        def read(path: Path | None) -> bytes | None:
+            return None if path is None else Path(path).read_bytes()
+
         return cls(target, root_certificates=read(ca), certificate_chain=read(cert), private_key=read(key), **kwargs)
 
     def close(self) -> None:
@@ -248,7 +250,8 @@ class RlmmClient:
     # ---- writes -----------------------------------------------------------------------------------------
 
     def add_remote_log_segment_metadata(self, segment: SegmentMetadata) -> None:
-        request = api.AddRemoteLogSegmentMetadataRequest(remote_log_segment_metadata=convert.segment_metadata_pb(segment))
+        request = api.AddRemoteLogSegmentMetadataRequest(
+            remote_log_segment_metadata=convert.segment_metadata_pb(segment))
         self._call(self._stub.AddRemoteLogSegmentMetadata, request, timeout=self.write_timeout)
 
     def update_remote_log_segment_metadata(self, update: SegmentUpdate) -> None:

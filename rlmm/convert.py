@@ -23,7 +23,6 @@ from rlmm.records.wire import MAX_STRING_LENGTH
 from rlmm.v1 import metadata_pb2 as pb
 
 
-
 class ArgumentError(ValueError):
     """A request field is malformed (INVALID_ARGUMENT)."""
 

@@ -69,7 +69,7 @@ def _run(scenario: Scenario, view: View, max_batch: int | None) -> Iterator[dict
         end_offsets[mp] = max(end_offsets.get(mp, -1), event["offset"])
     pending: list[tuple[TopicIdPartition, int]] = []
     with view.batch() as batch:
-        for tp, mp in scenario.assigned:
+        for tp, _ in scenario.assigned:
             batch.assign(tp)
         for tp, mp in scenario.assigned:
             if scenario.mode == "live" or mp not in end_offsets:
@@ -93,9 +93,10 @@ def _run(scenario: Scenario, view: View, max_batch: int | None) -> Iterator[dict
         with view.batch() as batch:
             for i in range(start, stop + 1):
                 event = scenario.events[i]
-                result = batch.apply(event["metadata_partition"], event["offset"], bytes.fromhex(event["hex"])).to_json()
+                mp, offset = event["metadata_partition"], event["offset"]
+                result = batch.apply(mp, offset, bytes.fromhex(event["hex"])).to_json()
                 caught_up = [] if result["status"] == "error" else [  # (a record that threw is not read)
-                    (tp, mp) for tp, mp in pending if mp == event["metadata_partition"] and event["offset"] >= end_offsets[mp]]
+                    entry for entry in pending if entry[1] == mp and offset >= end_offsets[mp]]
                 if caught_up:
                     result["became_ready"] = [_became_ready(batch.mark_ready(tp), tp) for tp, _ in caught_up]
                     pending = [entry for entry in pending if entry not in caught_up]
@@ -126,7 +127,8 @@ def answer(queries: Queries, query: dict) -> Any:
             return queries.highest_offset_for_epoch(tp, epoch)
         if op == "listRemoteLogSegments":
             if epoch is None:
-                segments = sorted(queries.list_remote_log_segments(tp), key=lambda s: (s.start_offset, uuid_to_str(s.segment_id)))
+                segments = sorted(queries.list_remote_log_segments(tp),
+                                  key=lambda s: (s.start_offset, uuid_to_str(s.segment_id)))
             else:
                 segments = queries.list_epoch_segments(tp, epoch)
             return [uuid_to_str(s.segment_id) for s in segments]

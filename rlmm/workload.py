@@ -170,7 +170,8 @@ class Workload:
         if kind == 1 and part.live:  # illegal transition: finished -> copy started
             return self._update(part.live[-1], SegmentState.COPY_SEGMENT_STARTED)
         unknown = SegmentUpdate(tp=part.tp, segment_id=self.rng.randbytes(16), broker_id=0,
-                                event_timestamp_ms=self._clock, custom_metadata=b"x", state=SegmentState.COPY_SEGMENT_FINISHED)
+                                event_timestamp_ms=self._clock, custom_metadata=b"x",
+                                state=SegmentState.COPY_SEGMENT_FINISHED)
         return self._record(unknown)
 
     def _delete_partition(self, part: _Partition) -> list[Event]:
@@ -182,6 +183,7 @@ class Workload:
         for segment in part.live + part.deleting:
             events.append(self._update(segment, SegmentState.DELETE_SEGMENT_STARTED))
             events.append(self._update(segment, SegmentState.DELETE_SEGMENT_FINISHED))
-        events.append(self._record(PartitionDelete(part.tp, 0, self._clock, PartitionDeleteState.DELETE_PARTITION_FINISHED)))
+        finished = PartitionDelete(part.tp, 0, self._clock, PartitionDeleteState.DELETE_PARTITION_FINISHED)
+        events.append(self._record(finished))
         part.live, part.deleting, part.copying = [], [], None
         return events

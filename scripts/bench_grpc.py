@@ -163,8 +163,8 @@ def batch_client(port: int, per_partition: int, seed: int, go, seconds: float, b
                  results) -> None:
     """Batches of random lookups, one call at a time, asked as ``mode`` says (see ``BATCH_MODES``); every
     answer is received and parsed."""
-    from rlmm.records.serde import decode_value
     from rlmm.convert import segment_metadata_from_pb
+    from rlmm.records.serde import decode_value
     from rlmm.v1 import service_pb2 as api
 
     rng = random.Random(seed)

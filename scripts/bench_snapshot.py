@@ -26,9 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from confluent_kafka.admin import AdminClient  # noqa: E402
+
 from consumers.broker import LocalBroker  # noqa: E402
 from consumers.manager import RemoteLogMetadataManager  # noqa: E402
-from confluent_kafka.admin import AdminClient  # noqa: E402
 from consumers.topic import ensure_topic  # noqa: E402
 from rlmm.compiled import core_build  # noqa: E402
 from rlmm.records.model import SegmentMetadata, SegmentState, TopicIdPartition  # noqa: E402
@@ -84,7 +85,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    say = (lambda m: print(m, file=sys.stderr, flush=True))
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
     result: dict = {"core": core_build(), "events": args.events, "master": args.master}
     with tempfile.TemporaryDirectory(prefix="rlmm-bench-snapshot-") as tmp_name, LocalBroker().start() as broker:
         tmp = Path(tmp_name)

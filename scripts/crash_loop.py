@@ -65,7 +65,8 @@ def apply_stream(view_dir: Path, seed: int, events: int, partitions: int, max_ba
 def snapshot_of(view_dir: Path, seed: int, partitions: int) -> dict:
     with View(view_dir) as view:
         raw = {cf: [(k.hex(), v.hex()) for k, v in view.items(cf)] for cf in K.COLUMN_FAMILIES}
-        answers = {f"{tp.partition}": probe_partition(view.queries, tp) for tp in workload(seed, partitions).user_partitions()}
+        answers = {f"{tp.partition}": probe_partition(view.queries, tp)
+                   for tp in workload(seed, partitions).user_partitions()}
     return {"raw": raw, "answers": answers}
 
 

@@ -21,8 +21,14 @@ import annotated_types
 import click
 from pydantic.fields import FieldInfo
 
-from consumers.config import (CLIENT_SETTINGS, COMMON_CLIENT_PREFIX, CONSUMER_PREFIX, PRODUCER_PREFIX, SETTINGS,
-                              RlmmConfig)
+from consumers.config import (
+    CLIENT_SETTINGS,
+    COMMON_CLIENT_PREFIX,
+    CONSUMER_PREFIX,
+    PRODUCER_PREFIX,
+    SETTINGS,
+    RlmmConfig,
+)
 from rlmm.cli import main as rlmm_cli
 from rlmm.server.commands import serve
 from rlmm.server.config import BOOTSTRAP_PROPERTY, ServeSettings

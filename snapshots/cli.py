@@ -65,7 +65,8 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
     try:
         from pyspark.sql import SparkSession
 
-        from snapshots.job import build as run, spark_session
+        from snapshots.job import build as run
+        from snapshots.job import spark_session
     except ImportError as exc:
         raise Failure(f"rlmm snapshot build needs Spark ({exc}): pip install 'rlmm[spark]' (and a Java runtime); "
                       f"restore, export and verify do not") from None

@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rlmm.records.model import (PartitionDelete, RemoteLogMetadata, SegmentMetadata, SegmentSnapshot,
-                                SegmentUpdate, TopicIdPartition)
+from rlmm.records.model import (
+    PartitionDelete,
+    RemoteLogMetadata,
+    SegmentMetadata,
+    SegmentSnapshot,
+    SegmentUpdate,
+    TopicIdPartition,
+)
 from rlmm.records.serde import DecodeError, decode_value
 from rlmm.state import keys as K
 from rlmm.state.export import PartitionState, partition_state, write_partition_state
@@ -122,7 +128,8 @@ def group_events(events: Iterable[tuple[int, int, bytes | None]]) -> tuple[
     return groups, [quarantine[k] for k in sorted(quarantine)], offsets
 
 
-def fold_local(events: Iterable[tuple[int, int, bytes | None]], base: dict[TopicIdPartition, PartitionState] | None = None,
+def fold_local(events: Iterable[tuple[int, int, bytes | None]],
+               base: dict[TopicIdPartition, PartitionState] | None = None,
                only: set[TopicIdPartition] | None = None) -> tuple[list[PartitionState], list[QuarantinedRecord],
                                                                      dict[int, int]]:
     """The whole fold without Spark (tests, small topics)."""

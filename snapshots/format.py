@@ -74,7 +74,8 @@ def state_to_avro(state: PartitionState) -> dict[str, Any]:
                                                 "state": d.state.name, "unknown_tags": _tags(d.unknown_tags)},
         "segments": [{
             "segment_id": s.segment_id, "start_offset": s.start_offset, "end_offset": s.end_offset,
-            "broker_id": s.broker_id, "max_timestamp_ms": s.max_timestamp_ms, "event_timestamp_ms": s.event_timestamp_ms,
+            "broker_id": s.broker_id, "max_timestamp_ms": s.max_timestamp_ms,
+            "event_timestamp_ms": s.event_timestamp_ms,
             "segment_leader_epochs": [{"leader_epoch": e, "offset": o} for e, o in s.segment_leader_epochs],
             "segment_size_in_bytes": s.segment_size_in_bytes, "custom_metadata": s.custom_metadata,
             "remote_log_segment_state": s.state.name, "txn_index_empty": s.txn_index_empty,
@@ -101,7 +102,8 @@ def state_from_avro(r: dict[str, Any]) -> PartitionState:
     epochs = [EpochState(e["leader_epoch"], e["highest_offset"],
                          [(x["start_offset"], x["segment_id"]) for x in e["referenced"]], list(e["unreferenced"]))
               for e in r["epochs"]]
-    return PartitionState(tp, r["assigned"], r["ready"], r["removed"], r["last_applied_offset"], delete, segments, epochs)
+    return PartitionState(tp, r["assigned"], r["ready"], r["removed"], r["last_applied_offset"], delete, segments,
+                          epochs)
 
 
 def quarantine_to_avro(q: QuarantinedRecord) -> dict[str, Any]:
@@ -186,7 +188,8 @@ def write_snapshot(directory: str | Path, states: Iterable[PartitionState], quar
                 chunk.append(state)
                 filled += len(state.segments) + 1
                 if filled >= SEGMENTS_PER_FILE:
-                    partition_files.append(partition_file_entry(tmp / f"partitions-{len(partition_files):05d}.avro", chunk))
+                    name = f"partitions-{len(partition_files):05d}.avro"
+                    partition_files.append(partition_file_entry(tmp / name, chunk))
                     chunk, filled = [], 0
             if chunk or not partition_files:
                 partition_files.append(partition_file_entry(tmp / f"partitions-{len(partition_files):05d}.avro", chunk))
@@ -276,7 +279,8 @@ def decode_file(path: Path, entry: dict, kind: str) -> list[dict]:
             reader = fastavro.reader(f)
             meta = reader.metadata
             if meta.get("rlmm.format_version") != str(FORMAT_VERSION):
-                raise SnapshotError(f"{path}: format version {meta.get('rlmm.format_version')!r}, expected {FORMAT_VERSION}")
+                raise SnapshotError(f"{path}: format version {meta.get('rlmm.format_version')!r}, expected "
+                                    f"{FORMAT_VERSION}")
             name = reader.writer_schema.get("name") if isinstance(reader.writer_schema, dict) else None
             if name != _SCHEMA_NAMES[kind]:
                 raise SnapshotError(f"{path}: schema {name!r}, expected {_SCHEMA_NAMES[kind]}")

@@ -21,8 +21,8 @@ from rlmm.records import SegmentState, TopicIdPartition, encode_value, metadata_
 from rlmm.server.backend import Backend
 from rlmm.state.errors import ReplicaNotAvailable
 from rlmm.state.view import View
-from tests.kafka_compat import load_records
 from tests.kafka_broker import RawProducer, start_broker
+from tests.kafka_compat import load_records
 from tests.test_broker_writes import segment, update
 
 TP = TopicIdPartition(bytes(range(16)), "orders", 3)

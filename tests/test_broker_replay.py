@@ -20,8 +20,8 @@ from consumers.topic import ensure_topic
 from rlmm.replay import Scenario, answer, replay
 from rlmm.state import keys as K
 from rlmm.state.view import View
-from tests.kafka_compat import compat_dir
 from tests.kafka_broker import RawProducer
+from tests.kafka_compat import compat_dir
 
 SCENARIOS = sorted(p for p in (compat_dir() / "replay-public").iterdir() if p.is_dir())
 

@@ -10,10 +10,10 @@ import os
 import grpc
 import pytest
 
+from rlmm import convert
 from rlmm.client import RlmmError
 from rlmm.records.model import SegmentMetadata, SegmentState
 from rlmm.records.serde import decode_value, encode_value
-from rlmm import convert
 from rlmm.state.errors import KafkaStateError
 from rlmm.state.view import View
 from rlmm.v1 import service_pb2 as api

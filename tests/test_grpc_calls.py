@@ -12,9 +12,9 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from rlmm import convert
 from rlmm.client import NotFoundError, RefusedError, ReplicaNotAvailableError, WriteTimeoutError
 from rlmm.records.model import PartitionDeleteState, SegmentState, SegmentUpdate
-from rlmm import convert
 from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.v1 import service_pb2 as api
 from tests.grpc_support import client, finished, kafka_config, new_tp, partition_delete, segment, served, stub

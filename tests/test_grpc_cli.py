@@ -50,7 +50,9 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
                                 "--metrics-listen", f"127.0.0.1:{metrics_port}", "--partition", text(tp)],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        started = json.loads(process.stdout.readline())
+        line = process.stdout.readline()
+        assert line, f"rlmm serve ended before serving: {process.communicate(timeout=30)[1][-3000:]}"
+        started = json.loads(line)
         assert started["event"] == "serving" and started["consumes"] and started["metrics_port"] == metrics_port
         port = started["port"]
         seg = segment(tp, 0, 99)
@@ -100,7 +102,8 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
 def test_settings_come_from_file_then_environment_then_flags(tmp_path, monkeypatch) -> None:
     config = tmp_path / "rlmm.toml"
     config.write_text('view = "/file"\nlisten = "127.0.0.1:1"\ngrace_s = 5\nbootstrap_servers = "file:9092"\n'
-                      'write_tokens = ["from-file"]\nwrite_tokens_over_plaintext = true\n[kafka]\n"remote.log.metadata.topic.num.partitions" = 7\n'
+                      'write_tokens = ["from-file"]\nwrite_tokens_over_plaintext = true\n[kafka]\n'
+                      '"remote.log.metadata.topic.num.partitions" = 7\n'
                       '"remote.log.metadata.consume.all.partitions" = true\n')
     monkeypatch.setenv("RLMM_LISTEN", "127.0.0.1:2")
     monkeypatch.setenv("RLMM_GRACE_S", "6")

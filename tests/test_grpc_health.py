@@ -81,7 +81,10 @@ def test_a_stopping_server_finishes_calls_in_flight_and_takes_no_new_ones(kafka,
         rlmm = RlmmClient(f"127.0.0.1:{server.port}", retry_for=0)
         assert manager.consumer.hold({mp: 0}).wait(5)  # the write cannot be applied until released
         outcome: list[object] = []
-        writer = threading.Thread(target=lambda: outcome.append(rlmm.add_remote_log_segment_metadata(segment(tp, 0, 9))))
+        def write() -> None:
+            outcome.append(rlmm.add_remote_log_segment_metadata(segment(tp, 0, 9)))
+
+        writer = threading.Thread(target=write)
         writer.start()
         time.sleep(0.5)  # the write is waiting in the server
         stopping = threading.Thread(target=server.stop, args=(20,))

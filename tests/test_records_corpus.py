@@ -19,11 +19,11 @@ from rlmm.records import (
     decode_value,
     encode_value,
     from_canonical,
+    serde,
     to_canonical,
     uuid_from_str,
     uuid_to_str,
 )
-from rlmm.records import serde
 from rlmm.records.wire import uvarint
 from tests import kafka_compat as compat
 

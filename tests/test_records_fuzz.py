@@ -24,9 +24,9 @@ from rlmm.records import (
     decode_value,
     encode_value,
     from_canonical,
+    serde,
     to_canonical,
 )
-from rlmm.records import serde
 from tests import kafka_compat as compat
 
 FUZZ = settings(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rlmm.records.serde import decode_value
 from rlmm.records.model import SegmentMetadata
+from rlmm.records.serde import decode_value
 from rlmm.records.uuid import uuid_to_str
 from tests.kafka_compat import compat_dir
 

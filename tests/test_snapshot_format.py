@@ -97,7 +97,8 @@ CORRUPTIONS = {
                      "format version"),
     "partition file missing": (lambda s: (s / "partitions-00000.avro").unlink(), "file missing"),
     "quarantine file missing": (lambda s: (s / "quarantine.avro").unlink(), "file missing"),
-    "truncated": (lambda s: (s / "partitions-00000.avro").write_bytes((s / "partitions-00000.avro").read_bytes()[:-100]),
+    "truncated": (lambda s: (s / "partitions-00000.avro").write_bytes(
+        (s / "partitions-00000.avro").read_bytes()[:-100]),
                   "truncated"),
     "byte flipped": (lambda s: _flip_byte(s / "partitions-00000.avro", 300), "SHA-256 mismatch"),
     "byte flipped, checksums forged": (lambda s: (_flip_byte(s / "partitions-00000.avro", 300), _forge(s)),

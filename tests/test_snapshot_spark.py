@@ -8,12 +8,11 @@ import shutil
 import subprocess
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from consumers.manager import RemoteLogMetadataManager
 from consumers.topic import ensure_topic
-from confluent_kafka import Producer
-
 from rlmm.records.partitioner import metadata_partition
 from rlmm.replay import Scenario
 from rlmm.state.view import View

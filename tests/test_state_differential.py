@@ -48,7 +48,8 @@ def segments(draw, tp=ASSIGNED):
         tp=tp, segment_id=draw(st.sampled_from(SEGMENT_IDS)), start_offset=start, end_offset=end,
         broker_id=draw(st.integers(0, 3)), max_timestamp_ms=draw(st.integers(-1, 5)),
         event_timestamp_ms=draw(st.integers(0, 10**6)), segment_leader_epochs=tuple(zip(epochs, starts)),
-        segment_size_in_bytes=draw(st.integers(-1, 1000)), custom_metadata=draw(st.one_of(st.none(), st.binary(max_size=3))),
+        segment_size_in_bytes=draw(st.integers(-1, 1000)),
+        custom_metadata=draw(st.one_of(st.none(), st.binary(max_size=3))),
         state=draw(st.sampled_from([SegmentState.COPY_SEGMENT_STARTED] * 6 + list(SegmentState))),
         txn_index_empty=draw(st.booleans()),
     )
@@ -101,7 +102,8 @@ def streams(draw):
     for after, record in deferred:
         body.insert(draw(st.integers(min(after, len(body)), len(body))), record)
     if draw(st.integers(0, 9)) == 0:  # sometimes the partition is deleted somewhere in the stream
-        body.insert(draw(st.integers(0, len(body))), PartitionDelete(ASSIGNED, 0, 0, PartitionDeleteState.DELETE_PARTITION_FINISHED))
+        finished = PartitionDelete(ASSIGNED, 0, 0, PartitionDeleteState.DELETE_PARTITION_FINISHED)
+        body.insert(draw(st.integers(0, len(body))), finished)
     events = []
     for record in body:
         if record is None:

@@ -155,10 +155,12 @@ def test_view_check_and_export_exit_1_on_a_damaged_view(views, tmp_path) -> None
                    "rlmm snapshot restore")
     assert "in use" not in result.stderr  # "block" holds "lock": errors are told apart by type
 
-    result = invoke("snapshot", "export", "--view", str(damaged_dir), "--out", str(tmp_path / "s"), "--num-partitions", "3")
+    result = invoke("snapshot", "export", "--view", str(damaged_dir), "--out", str(tmp_path / "s"),
+                    "--num-partitions", "3")
     assert result.exit_code == 1
     one_error_line(result.stderr, "is damaged", "block checksum mismatch")
-    result = invoke("snapshot", "export", "--view", str(clean_dir), "--out", str(tmp_path / "s"), "--num-partitions", "3")
+    result = invoke("snapshot", "export", "--view", str(clean_dir), "--out", str(tmp_path / "s"),
+                    "--num-partitions", "3")
     assert result.exit_code == 0
 
 

@@ -32,7 +32,8 @@ def small_disk(tmp_path) -> Iterator[Path]:
     """A 24 MB tmpfs. Mounting needs root (CI runs as root): without it the test fails, it never skips."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True, text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
     assert done.returncode == 0, f"cannot mount a tmpfs for the full-disk test (run as root): {done.stderr.strip()}"
     try:
         yield mount

@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from consumers.manager import RemoteLogMetadataManager
+from rlmm.server.errors import ConsumerStoppedError, NoKafkaError
 from rlmm.state import keys as K
 from rlmm.state.errors import ViewDamaged, ViewError
 from rlmm.state.queries import Queries
 from rlmm.state.rows import PartitionRow
 from rlmm.state.view import View
-from rlmm.server.errors import ConsumerStoppedError, NoKafkaError
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,8 @@ class _ViewCollector(Collector):
         yield GaugeMetricFamily("rlmm_view_damaged", "1 once RocksDB found the view's files damaged (the server "
                                 "then refuses reads)", value=self.backend.view.fault is not None)
         yield CounterMetricFamily("rlmm_view_write_failures", "Times the view refused a write (a full disk) and "
-                                  "the consumer waited until it took writes again", value=self.backend.view_write_failures())
+                                  "the consumer waited until it took writes again",
+                                  value=self.backend.view_write_failures())
         yield CounterMetricFamily("rlmm_producer_recreations", "Producers of the writes replaced after a fatal "
                                   "error (e.g. fenced after a broker stall)", value=self.backend.producers_recreated())
         changes = CounterMetricFamily("rlmm_metadata_topic_changes_detected", "Changes of the metadata topic under "

@@ -15,13 +15,13 @@ import grpc
 from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
+from rlmm import convert
+from rlmm.convert import ArgumentError, not_negative, partition_of, required
 from rlmm.records.model import SegmentMetadata, TopicIdPartition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.records.uuid import uuid_to_str
-from rlmm import convert
 from rlmm.server.auth import WriteAuthorization
 from rlmm.server.backend import Backend
-from rlmm.convert import ArgumentError, not_negative, partition_of, required
 from rlmm.server.errors import failure_of, internal
 from rlmm.server.metrics import Metrics
 from rlmm.state.errors import KafkaStateError, RemoteResourceNotFound

@@ -22,7 +22,8 @@ OFFSETS: Final = "offsets"  # tpid|epoch|epoch start offset -> RefEntry (Kafka's
 UNREFERENCED: Final = "unreferenced"  # tpid|epoch|segment id -> b""
 MEMBERSHIP: Final = "membership"  # tpid|segment id -> the epochs tracking the segment (reverse of the two above)
 TXN: Final = "txn"  # tpid|epoch|epoch start offset -> b"" for referenced segments with a txn index
-BREAKS: Final = "breaks"  # tpid|epoch|epoch start offset -> b"" where the offset chain does not continue to the next entry
+# tpid|epoch|epoch start offset -> b"" where the offset chain does not continue to the next entry
+BREAKS: Final = "breaks"
 MAX_TIMESTAMP: Final = "max_timestamp"  # tpid|max ts|end offset|segment id -> b"" for COPY_SEGMENT_FINISHED segments
 METADATA_OFFSETS: Final = "metadata_offsets"  # metadata partition -> last consumed offset
 QUARANTINE: Final = "quarantine"  # metadata partition|offset -> QuarantineEntry

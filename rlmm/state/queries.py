@@ -19,7 +19,6 @@ from rlmm.state.machine import decode_segment, load_segment, ref_entry
 from rlmm.state.offset_cache import OffsetCache
 from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, ref_epoch_end, ref_value
 
-
 T = TypeVar("T")
 
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
     status: str  # applied | ignored | skipped | error
-    reason: str | None = None  # ignored: unknown_segment | invalid_transition; skipped: not_assigned | already_processed
+    # ignored: unknown_segment | invalid_transition; skipped: not_assigned | already_processed
+    reason: str | None = None
     stage: str | None = None  # error: deserialize | route | handle
     error: str | None = None  # Kafka exception name
     cause: str | None = None

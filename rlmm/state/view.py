@@ -31,8 +31,8 @@ from rlmm.state.machine import StateMachine
 from rlmm.state.offset_cache import OffsetCache
 from rlmm.state.queries import Queries
 from rlmm.state.results import ApplyResult
-from rlmm.state.rows import EpochRow, PartitionRow
 from rlmm.state.rocks import RocksKV
+from rlmm.state.rows import EpochRow, PartitionRow
 
 log = logging.getLogger(__name__)
 
