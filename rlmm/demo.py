@@ -93,15 +93,13 @@ def run_demo(events: int, partitions: int, metadata_partitions: int, seed: int, 
 
     from consumers.broker import LocalBroker
     from consumers.config import RlmmConfig
-    from consumers.producer import MetadataProducer
-    from rlmm.client import RlmmClient, RlmmError
+    from rlmm.client import RlmmClient
     from rlmm.workload import Workload, WorkloadConfig
 
     console = Console(stderr=True, quiet=as_json)
     workdir = Path(tempfile.mkdtemp(prefix="rlmm-demo-"))
     broker: LocalBroker | None = None
     service: _Service | None = None
-    summary: dict = {}
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as progress:
@@ -109,8 +107,7 @@ def run_demo(events: int, partitions: int, metadata_partitions: int, seed: int, 
             broker = LocalBroker(log_path=workdir / "tansu.log").start()
             progress.advance(step)
             service = _Service(workdir, broker.bootstrap_servers, metadata_partitions)
-            port = service.wait_serving()
-            target = f"127.0.0.1:{port}"
+            target = f"127.0.0.1:{service.wait_serving()}"
             progress.advance(step)
             client = RlmmClient(target, timeout=10.0, retry_for=30.0)
             workload = Workload(WorkloadConfig(partitions=partitions, metadata_partitions=metadata_partitions,
@@ -124,81 +121,18 @@ def run_demo(events: int, partitions: int, metadata_partitions: int, seed: int, 
                 "remote.log.metadata.topic.replication.factor": "1",
                 "remote.log.metadata.topic.min.insync.replicas": "1"})
             _wait_topic(client, config, metadata_partitions, timeout)
-            producer = MetadataProducer(config)
-            send = progress.add_task("producing workload records", total=events + 1)
-            futures = []
             started = time.perf_counter()
-            try:
-                for i, event in enumerate(workload.events(events)):
-                    futures.append(_send(producer, event.metadata_partition, event.value, timeout))
-                    if i % 200 == 0:
-                        progress.update(send, completed=i)
-                # one record that no Kafka deserializer accepts, produced raw
-                futures.append(_send(producer, workload.metadata_partition_of(tps[0]), UNDECODABLE, timeout))
-            finally:
-                producer.close()
-            for future in futures:
-                future.result(timeout)
-            produced = len(futures)
-            progress.update(send, completed=produced)
-
-            ingest = progress.add_task("service consuming into its view", total=produced)
-            deadline = time.monotonic() + timeout
-            while True:
-                status = client.status()
-                consumed = _applied(status)
-                progress.update(ingest, completed=min(consumed, produced))
-                if consumed >= produced:
-                    break
-                if time.monotonic() > deadline:
-                    raise DemoError(f"the service consumed {consumed} of {produced} records within {timeout} s")
-                time.sleep(0.05)
+            produced = _produce(progress, config, workload, events, tps, timeout)
+            _wait_ingest(progress, client, produced, timeout)
             ingest_s = time.perf_counter() - started
             # a partition whose deletion finished is gone (not ready, as in Kafka): wait for the others
             deleted = [p.tp for p in workload.partitions if p.deleted]
             live = [tp for tp in tps if tp not in deleted]
-            ready_wait = progress.add_task("waiting for readiness", total=len(live))
-            ready_start = time.perf_counter()
-            if not client.wait_ready(live, timeout):
-                raise DemoError("not every (undeleted) partition became ready")
-            progress.update(ready_wait, completed=len(live))
-            ready_ms = (time.perf_counter() - ready_start) * 1000.0
+            ready_ms = _wait_ready(progress, client, live, timeout)
+            tp, epoch, offset, latencies = _query_round(progress, client, live)
 
-            # one round of every query, on the partition with the most segments
-            queries = progress.add_task("one round of every query", total=10)
-            sizes = {tp: client.remote_log_size(tp) for tp in live}
-            tp = max(live, key=lambda t: sizes[t])
-            segments = client.list_remote_log_segments(tp)
-            some = segments[len(segments) // 2] if segments else None
-            epoch, offset = ((some.segment_leader_epochs[0][0], some.start_offset) if some else (0, 0))
-            calls = {
-                "remote_log_segment_metadata": lambda: client.remote_log_segment_metadata(tp, epoch, offset),
-                "batch_remote_log_segment_metadata":
-                    lambda: client.remote_log_segment_metadata_batch([(tp, epoch, offset)] * 10),
-                "highest_offset_for_epoch": lambda: client.highest_offset_for_epoch(tp, epoch),
-                "list_remote_log_segments": lambda: client.list_remote_log_segments(tp),
-                "list_epoch_segments": lambda: client.list_epoch_segments(tp, epoch),
-                "remote_log_size": lambda: client.remote_log_size(tp),
-                "remote_log_size_epoch": lambda: client.remote_log_size(tp, epoch),
-                "next_segment_with_txn_index": lambda: client.next_segment_with_txn_index(tp, epoch, 0),
-                "max_timestamp": lambda: client.max_timestamp(tp),
-                "is_ready": lambda: client.is_ready(tp),
-            }
-            latencies: dict[str, dict] = {}
-            for name, call in calls.items():
-                try:
-                    result, ms = _timed(call)
-                    latencies[name] = {"ms": round(ms, 3), "answer": _as_json(result)}
-                except RlmmError as exc:  # an answer too (e.g. RemoteResourceNotFound), still a round trip
-                    latencies[name] = {"ms": None, "error": exc.code.name}
-                progress.advance(queries)
-            status, status_ms = _timed(client.status)
-            latencies["status"] = {"ms": round(status_ms, 3), "answer": status}
-            health, health_ms = _timed(client.health)
-            latencies["health"] = {"ms": round(health_ms, 3), "answer": health}
-
+        status = latencies["status"]["answer"]
         applied = _applied(status)
-        ready = sum(1 for t in live if client.is_ready(t))
         summary = {
             "broker": {"bootstrap_servers": broker.bootstrap_servers, "pid": broker.pid},
             "service": {"address": target, "pid": service.pid},
@@ -207,13 +141,13 @@ def run_demo(events: int, partitions: int, metadata_partitions: int, seed: int, 
             "ingest_seconds": round(ingest_s, 3),
             "events_per_second": round(applied / ingest_s, 1) if ingest_s > 0 else 0.0,
             "partitions": len(tps),
-            "partitions_ready": ready,
+            "partitions_ready": sum(1 for t in live if client.is_ready(t)),
             "partitions_deleted": len(deleted),  # by the workload (partition deletion): no longer served
             "ready_wait_ms": round(ready_ms, 3),
             "metadata_partitions": metadata_partitions,
             "quarantined": status["quarantined"],
             "counters": status["counters"],
-            "health": health,
+            "health": latencies["health"]["answer"],
             "query_partition": f"{_tp_text(tp)}",
             "queries": latencies,
         }
@@ -231,6 +165,89 @@ def run_demo(events: int, partitions: int, metadata_partitions: int, seed: int, 
         if broker is not None:
             broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _produce(progress, config, workload, events: int, tps: list, timeout: float) -> int:
+    """Produce the workload's records and one undecodable record; returns how many were acknowledged."""
+    from consumers.producer import MetadataProducer
+
+    producer = MetadataProducer(config)
+    send = progress.add_task("producing workload records", total=events + 1)
+    futures = []
+    try:
+        for i, event in enumerate(workload.events(events)):
+            futures.append(_send(producer, event.metadata_partition, event.value, timeout))
+            if i % 200 == 0:
+                progress.update(send, completed=i)
+        # one record that no Kafka deserializer accepts, produced raw
+        futures.append(_send(producer, workload.metadata_partition_of(tps[0]), UNDECODABLE, timeout))
+    finally:
+        producer.close()
+    for future in futures:
+        future.result(timeout)
+    progress.update(send, completed=len(futures))
+    return len(futures)
+
+
+def _wait_ingest(progress, client, produced: int, timeout: float) -> None:
+    ingest = progress.add_task("service consuming into its view", total=produced)
+    deadline = time.monotonic() + timeout
+    while True:
+        consumed = _applied(client.status())
+        progress.update(ingest, completed=min(consumed, produced))
+        if consumed >= produced:
+            return
+        if time.monotonic() > deadline:
+            raise DemoError(f"the service consumed {consumed} of {produced} records within {timeout} s")
+        time.sleep(0.05)
+
+
+def _wait_ready(progress, client, live: list, timeout: float) -> float:
+    """Milliseconds until every partition in ``live`` is ready."""
+    ready_wait = progress.add_task("waiting for readiness", total=len(live))
+    ready_start = time.perf_counter()
+    if not client.wait_ready(live, timeout):
+        raise DemoError("not every (undeleted) partition became ready")
+    progress.update(ready_wait, completed=len(live))
+    return (time.perf_counter() - ready_start) * 1000.0
+
+
+def _query_round(progress, client, live: list) -> tuple:
+    """One round of every query on the partition with the most segments: (partition, epoch, offset asked,
+    the answers and latencies by query, the status and health among them)."""
+    from rlmm.client import RlmmError
+
+    queries = progress.add_task("one round of every query", total=10)
+    sizes = {tp: client.remote_log_size(tp) for tp in live}
+    tp = max(live, key=lambda t: sizes[t])
+    segments = client.list_remote_log_segments(tp)
+    some = segments[len(segments) // 2] if segments else None
+    epoch, offset = ((some.segment_leader_epochs[0][0], some.start_offset) if some else (0, 0))
+    calls = {
+        "remote_log_segment_metadata": lambda: client.remote_log_segment_metadata(tp, epoch, offset),
+        "batch_remote_log_segment_metadata":
+            lambda: client.remote_log_segment_metadata_batch([(tp, epoch, offset)] * 10),
+        "highest_offset_for_epoch": lambda: client.highest_offset_for_epoch(tp, epoch),
+        "list_remote_log_segments": lambda: client.list_remote_log_segments(tp),
+        "list_epoch_segments": lambda: client.list_epoch_segments(tp, epoch),
+        "remote_log_size": lambda: client.remote_log_size(tp),
+        "remote_log_size_epoch": lambda: client.remote_log_size(tp, epoch),
+        "next_segment_with_txn_index": lambda: client.next_segment_with_txn_index(tp, epoch, 0),
+        "max_timestamp": lambda: client.max_timestamp(tp),
+        "is_ready": lambda: client.is_ready(tp),
+    }
+    latencies: dict[str, dict] = {}
+    for name, call in calls.items():
+        try:
+            result, ms = _timed(call)
+            latencies[name] = {"ms": round(ms, 3), "answer": _as_json(result)}
+        except RlmmError as exc:  # an answer too (e.g. RemoteResourceNotFound), still a round trip
+            latencies[name] = {"ms": None, "error": exc.code.name}
+        progress.advance(queries)
+    for name, call in (("status", client.status), ("health", client.health)):
+        result, ms = _timed(call)
+        latencies[name] = {"ms": round(ms, 3), "answer": result}
+    return tp, epoch, offset, latencies
 
 
 def _wait_topic(client, config, metadata_partitions: int, timeout: float) -> None:
