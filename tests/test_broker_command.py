@@ -33,3 +33,19 @@ def test_the_command_fails_when_its_broker_dies() -> None:
             run.kill()
     assert run.returncode == 1
     assert f"the broker (pid {started['pid']}) exited with status -9" in err and "Traceback" not in err
+
+
+def test_the_command_logs_as_json_when_asked() -> None:
+    """Every command logs through one setup: ``--log-format json`` gives one JSON object per stderr line."""
+    run = _run_broker("--log-format", "json")
+    try:
+        started = json.loads(run.stdout.readline())
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    lines = [json.loads(line) for line in err.splitlines()]
+    assert run.returncode == 0 and lines
+    assert any(line["logger"] == "consumers.broker" and f"pid {started['pid']}" in line["message"]
+               for line in lines)

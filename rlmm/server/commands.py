@@ -56,9 +56,9 @@ def serve(config_file: Path | None, kafka: tuple[str, ...], reset: bool, **flags
     from pydantic import ValidationError
 
     from consumers.config import parse_setting
+    from rlmm.logs import setup_logging
     from rlmm.server.app import ServeError, run
     from rlmm.server.config import load_settings
-    from rlmm.server.logs import setup_logging
 
     try:
         config = load_settings(config_file, kafka=dict(parse_setting(s) for s in kafka), **flags)

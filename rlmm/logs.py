@@ -1,5 +1,6 @@
-"""Structured logs: one JSON object per line on stderr (``--log-format json``, the default of
-``rlmm serve``), with the fields a call adds through ``extra=`` (method, code, peer, ...)."""
+"""The one logging setup of every command: lines on stderr, as text for people or one JSON object per line
+(``--log-format json``, the default of ``rlmm serve``) with the fields a call adds through ``extra=``
+(method, code, peer, ...)."""
 
 from __future__ import annotations
 
