@@ -68,7 +68,14 @@ class Queries:
         return row is not None and row.assigned and row.ready and not row.removed
 
     def remote_log_segment_metadata(self, tp: TopicIdPartition, epoch: int, offset: int) -> SegmentMetadata | None:
+        """The floor entry comes from the offset cache when there is one (a bisection and a point read instead
+        of a seek), as for batch lookups."""
         tpid = self._ready_tpid(tp)
+        if self.offset_cache is not None:
+            entries = self.offset_cache.floor_entries([(K.epoch_prefix(tpid, epoch), offset)])
+            if entries is not None:
+                raw = entries[0]
+                return None if raw is None or offset > ref_epoch_end(raw) else decode_segment(ref_value(raw))
         found = self._lookup(tpid, epoch, offset, self._epoch_row(tpid, epoch))
         return None if found is None else decode_segment(found[1].value)
 
