@@ -1,8 +1,8 @@
-"""Batch lookups through the offset cache answer exactly as single lookups: across commits that add,
-replace and drop entries, when a partition's data is dropped and comes back, with a cache too small
-for every epoch (whose weight stays within its limit), and whenever a commit lands during a batch's
-reads or an epoch's loading, between a commit's write and its cache update, or while a writer commits
-concurrently."""
+"""Lookups through the offset cache (batches, and single ones) answer exactly as lookups by seeks: across
+commits that add, replace and drop entries, when a partition's data is dropped and comes back, with a
+cache too small for every epoch (whose weight stays within its limit), and whenever a commit lands
+during a batch's reads or an epoch's loading, between a commit's write and its cache update, or while a
+writer commits concurrently."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from rlmm.state import offset_cache
 from rlmm.state import view as view_module
 from rlmm.state.errors import KafkaStateError
 from rlmm.state.offset_cache import EPOCH_WEIGHT
+from rlmm.state.queries import Queries
 from rlmm.state.view import View
 from tests.grpc_support import TS, fill_view, finished, new_tp, segment
 
@@ -44,11 +45,13 @@ def batch(view: View, asked: list[tuple[int, int, int]]) -> list:
             for a in queries.segment_values(queries.lookup_partitions([TP]), indexes, epochs, offsets)]
 
 
-def single(view: View, asked: list[tuple[int, int, int]]) -> list:
+def single(view: View, asked: list[tuple[int, int, int]], *, cached: bool = False) -> list:
+    """Each lookup on its own: by a seek (the reference), or ``cached`` through the view's offset cache."""
+    queries = view.queries if cached else Queries(view.queries.kv)
     answers = []
     for _, epoch, offset in asked:
         try:
-            found = view.queries.remote_log_segment_metadata(TP, epoch, offset)
+            found = queries.remote_log_segment_metadata(TP, epoch, offset)
         except KafkaStateError as exc:
             answers.append(exc.kafka_name)
         else:
@@ -76,7 +79,7 @@ def test_commits_keep_the_cache_current(tmp_path: Path) -> None:
         assert batch(view, asked) == single(view, asked)
         gone = first[1]
         apply(view, SegmentUpdate(TP, gone.segment_id, 1, TS, None, SegmentState.DELETE_SEGMENT_STARTED))
-        assert batch(view, asked) == single(view, asked)
+        assert batch(view, asked) == single(view, asked) == single(view, asked, cached=True)
 
 
 def test_a_partition_dropped_and_registered_again(tmp_path: Path) -> None:
@@ -232,7 +235,9 @@ def test_readers_find_every_committed_segment_while_a_writer_commits(tmp_path: P
             while not done.is_set():
                 count = committed[0]
                 asked = [(0, 0, i * 10 + 5) for i in range(count)]
-                missing = [lookup for lookup, answer in zip(asked, batch(view, asked)) if not isinstance(answer, bytes)]
+                answers = batch(view, asked) + single(view, asked[-20:], cached=True)
+                missing = [lookup for lookup, answer in zip(asked + asked[-20:], answers)
+                           if not isinstance(answer, bytes)]
                 if missing:
                     failures.append(f"{missing[:3]} of {count} committed")
                     return
@@ -244,4 +249,4 @@ def test_readers_find_every_committed_segment_while_a_writer_commits(tmp_path: P
             thread.join(60)
         assert not failures, failures
         asked = lookups(1, 2_000, step=3)
-        assert batch(view, asked) == single(view, asked)
+        assert batch(view, asked) == single(view, asked) == single(view, asked, cached=True)
