@@ -232,6 +232,12 @@ class RlmmClient:
     def max_timestamp(self, tp: TopicIdPartition) -> SegmentMetadata | None:
         return _segment(self._call(self._stub.MaxTimestamp, api.MaxTimestampRequest(topic_id_partition=_tp(tp))))
 
+    def first_segment_with_max_timestamp_at_least(self, tp: TopicIdPartition, epoch: int, timestamp: int,
+                                                  starting_offset: int) -> SegmentMetadata | None:
+        request = api.FirstSegmentWithMaxTimestampAtLeastRequest(
+            topic_id_partition=_tp(tp), leader_epoch=epoch, timestamp_ms=timestamp, starting_offset=starting_offset)
+        return _segment(self._call(self._stub.FirstSegmentWithMaxTimestampAtLeast, request))
+
     def is_ready(self, tp: TopicIdPartition) -> bool:
         return self._call(self._stub.IsReady, api.IsReadyRequest(topic_id_partition=_tp(tp))).ready
 

@@ -31,6 +31,8 @@ COMPILED_MODULES = (
     "rlmm.state.keys",
     "rlmm.state.rows",
     "rlmm.state.kv",
+    "rlmm.state.maxtree",
+    "rlmm.state.timestamp_index",
     "rlmm.state.machine",
     "rlmm.state.rocks",
     "rlmm.state.view",

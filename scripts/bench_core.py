@@ -1,4 +1,5 @@
-"""Benchmark of the core: decode, durable apply into RocksDB, query latency, txn-chain seeks, memory, disk.
+"""Benchmark of the core: decode, durable apply into RocksDB, query latency, txn-chain seeks, timestamp lookups
+against Kafka's scan, memory, disk.
 
     python scripts/bench_core.py [--events 1000000] [--json]
 
@@ -40,6 +41,7 @@ BATCH = 5_000
 SAMPLES = 2_000
 DECODE_SAMPLE = 200_000
 TXN_DISTANCES = (1, 100, 10_000)
+TIMESTAMP_SIZES = (10, 10_000, 100_000)
 KAFKA_YARDSTICK = {
     "decode_records_per_s": "~5M records/s warm",
     "apply_events_per_s": "1M events in 1.1-3.1 s (in memory, not durable)",
@@ -100,9 +102,13 @@ def time_calls(calls: list[Callable[[], object]]) -> tuple[float, float]:
     return percentiles(timings)
 
 
-def txn_chain(view: View, length: int) -> TopicIdPartition:
-    """A partition whose epoch 0 holds ``length`` contiguous txn-empty segments, then one with a txn index."""
-    tp = TopicIdPartition(b"\xee" * 16, "txn-chain", 0)
+def jittered(i: int) -> int:
+    """Max timestamps that rise with the offsets, not monotonically (up to 2.5 segments out of order)."""
+    return 1_000 * i + (7919 * i) % 2_500
+
+
+def chain(view: View, tp: TopicIdPartition, length: int, max_timestamp: Callable[[int], int] = int) -> None:
+    """Epoch 0 of ``tp`` holds ``length`` contiguous finished txn-empty segments, then one with a txn index."""
     rng = random.Random(7)
     with view.batch() as batch:
         batch.assign(tp)
@@ -111,14 +117,42 @@ def txn_chain(view: View, length: int) -> TopicIdPartition:
     for chunk in range(0, length + 1, BATCH // 2):
         with view.batch() as batch:
             for i in range(chunk, min(chunk + BATCH // 2, length + 1)):
-                segment = SegmentMetadata(tp, rng.randbytes(16), i * 100, i * 100 + 99, 0, i, i, ((0, i * 100),), 100,
-                                          None, SegmentState.COPY_SEGMENT_STARTED, txn_index_empty=i < length)
+                segment = SegmentMetadata(tp, rng.randbytes(16), i * 100, i * 100 + 99, 0, max_timestamp(i), i,
+                                          ((0, i * 100),), 100, None, SegmentState.COPY_SEGMENT_STARTED,
+                                          txn_index_empty=i < length)
                 offset += 1
                 batch.apply(999, offset, encode_value(segment))
                 offset += 1
                 batch.apply(999, offset, encode_value(SegmentUpdate(tp, segment.segment_id, 0, i, None,
                                                                    SegmentState.COPY_SEGMENT_FINISHED)))
-    return tp
+
+
+def kafka_timestamp_scan(view: View, tp: TopicIdPartition, timestamp: int) -> SegmentMetadata | None:
+    """RemoteLogManager.findOffsetByTimestamp's walk of one epoch's listing (starting offset 0)."""
+    for segment in view.queries.list_epoch_segments(tp, 0):
+        if segment.max_timestamp_ms >= timestamp and segment.state is SegmentState.COPY_SEGMENT_FINISHED:
+            return segment
+    return None
+
+
+def timestamp_lookups(view: View) -> dict[str, dict[str, float]]:
+    """p50 µs of FirstSegmentWithMaxTimestampAtLeast and of Kafka's scan, for a target near the end of epochs of
+    each size (the scan walks 99% of the listing; the descent stays 8 levels deep)."""
+    p50: dict[str, dict[str, float]] = {"descent": {}, "scan": {}}
+    for index, size in enumerate(TIMESTAMP_SIZES):
+        tp = TopicIdPartition(bytes([0xd0 + index]) * 16, f"timestamps-{size}", 0)
+        with view.batch() as batch:
+            batch.assign(tp)
+            batch.mark_ready(tp)
+        chain(view, tp, size, jittered)
+        target = jittered(size * 99 // 100)
+        found = view.queries.first_segment_with_max_timestamp_at_least(tp, 0, target, 0)
+        assert found == kafka_timestamp_scan(view, tp, target) and found is not None
+        p50["descent"][str(size)] = time_calls(
+            [lambda t=tp: view.queries.first_segment_with_max_timestamp_at_least(t, 0, target, 0)] * 500)[0]
+        p50["scan"][str(size)] = time_calls(
+            [lambda t=tp: kafka_timestamp_scan(view, t, target)] * max(3, 50_000 // size))[0]
+    return p50
 
 
 def measure(events_path: Path, view_dir: Path) -> dict:
@@ -187,14 +221,20 @@ def measure(events_path: Path, view_dir: Path) -> dict:
             p50[name], p99[name] = time_calls([(lambda c=call, t=t: c(t)) for t in targets])
 
         rss_curve["after queries"] = round(process.memory_info().rss / 2**20, 1)
-        chain = txn_chain(view, max(TXN_DISTANCES))
+        txn_chain = TopicIdPartition(b"\xee" * 16, "txn-chain", 0)
         last = max(TXN_DISTANCES)
+        with view.batch() as batch:
+            batch.assign(txn_chain)
+            batch.mark_ready(txn_chain)
+        chain(view, txn_chain, last)
         txn = {}
         for distance in TXN_DISTANCES:
             offset = (last - distance) * 100
-            assert q.next_segment_with_txn_index(chain, 0, offset).start_offset == last * 100
-            txn[str(distance)] = time_calls([lambda o=offset: q.next_segment_with_txn_index(chain, 0, o)] * 500)[0]
+            assert q.next_segment_with_txn_index(txn_chain, 0, offset).start_offset == last * 100
+            txn[str(distance)] = time_calls([lambda o=offset: q.next_segment_with_txn_index(txn_chain, 0, o)] * 500)[0]
         rss_curve["after txn chain"] = round(process.memory_info().rss / 2**20, 1)
+        peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # before the scans' lists of 100k segments
+        by_timestamp = timestamp_lookups(view)
         segments_live = sum(1 for _ in view.items("segments"))
     disk = sum(f.stat().st_size for f in view_dir.rglob("*") if f.is_file())
     return {
@@ -206,7 +246,8 @@ def measure(events_path: Path, view_dir: Path) -> dict:
         "query_p50_us": p50,
         "query_p99_us": p99,
         "txn_next_p50_us": txn,
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "by_timestamp_p50_us": by_timestamp,
+        "peak_rss_mb": round(peak_rss / 1024, 1),
         "rss_mb_by_events": rss_curve,
         "disk_mb": round(disk / 2**20, 1),
     }
@@ -228,6 +269,14 @@ def report(result: dict) -> None:
     for distance, p50 in txn.items():
         table.add_row(f"nextSegmentWithTxnIndex, {distance} skipped, p50 µs", str(p50), "", "")
     table.add_row("txn ratio distance 10,000 / 1", f"{txn['10000'] / txn['1']:.2f}", "≤ 3", KAFKA_YARDSTICK["txn_next"])
+    by_timestamp = result["by_timestamp_p50_us"]
+    for size, p50 in by_timestamp["descent"].items():
+        table.add_row(f"firstSegmentWithMaxTimestampAtLeast / Kafka's scan, {int(size):,} segments, p50 µs",
+                      f"{p50} / {by_timestamp['scan'][size]}", "flat / linear", "")
+    largest, smallest = str(max(TIMESTAMP_SIZES)), str(min(TIMESTAMP_SIZES))
+    table.add_row(f"by-timestamp ratio {int(largest):,} / {int(smallest):,} segments (descent, scan)",
+                  f"{by_timestamp['descent'][largest] / by_timestamp['descent'][smallest]:.2f}, "
+                  f"{by_timestamp['scan'][largest] / by_timestamp['scan'][smallest]:.0f}", "≤ 3 for the descent", "")
     table.add_row("peak RSS MB", str(result["peak_rss_mb"]), "≤ 250", KAFKA_YARDSTICK["memory"])
     curve = ", ".join(f"{int(n) // 1000}k: {mb}" if n.isdigit() else f"{n}: {mb}"
                       for n, mb in result["rss_mb_by_events"].items())

@@ -188,6 +188,11 @@ class ReferenceModel:
             segment = self._lookup(cache, epoch, segment.end_offset + 1)
         return segment
 
+    def first_segment_with_max_timestamp_at_least(self, tp, epoch, timestamp, starting_offset):
+        """RemoteLogManager.findOffsetByTimestamp's scan of one epoch's listing."""
+        return next((s for s in self.list_epoch_segments(tp, epoch) if s.max_timestamp_ms >= timestamp
+                     and s.end_offset >= starting_offset and s.state is S.COPY_SEGMENT_FINISHED), None)
+
     def max_timestamp(self, tp):
         finished = [s for s in self._cache(tp).segments.values() if s.state is S.COPY_SEGMENT_FINISHED]
         return max(finished, key=lambda s: (s.max_timestamp_ms, s.end_offset, s.segment_id), default=None)

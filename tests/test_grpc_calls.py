@@ -17,7 +17,7 @@ from rlmm.client import NotFoundError, RefusedError, ReplicaNotAvailableError, W
 from rlmm.records.model import PartitionDeleteState, SegmentState, SegmentUpdate
 from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.v1 import service_pb2 as api
-from tests.grpc_support import client, finished, kafka_config, new_tp, partition_delete, segment, served, stub
+from tests.grpc_support import TS, client, finished, kafka_config, new_tp, partition_delete, segment, served, stub
 from tests.kafka_broker import RawProducer
 
 WAIT_MS = 2_000
@@ -67,6 +67,8 @@ def test_every_read_answers_as_the_view(service) -> None:
                       ("remote_log_size", p, epoch)]
             calls += [(name, p, epoch, offset) for offset in (0, 99, 100, 150, 250, 350, 400)
                       for name in ("remote_log_segment_metadata", "next_segment_with_txn_index")]
+            calls += [("first_segment_with_max_timestamp_at_least", p, epoch, ts, offset)
+                      for ts in (0, TS + 99, TS + 150, TS + 299, TS + 400) for offset in (0, 150, 250, 400)]
     for name, *args in calls:
         assert ask(getattr(rlmm, name), *args) == ask(getattr(view.queries, name), *args), (name, args)
     listed = rlmm.list_remote_log_segments(tp)
@@ -75,6 +77,10 @@ def test_every_read_answers_as_the_view(service) -> None:
     assert found.custom_metadata == b"\x00rsm" and not found.txn_index_empty
     assert found.state is SegmentState.COPY_SEGMENT_FINISHED
     assert rlmm.next_segment_with_txn_index(tp, 0, 0).segment_id == segments[1].segment_id
+    by_timestamp = rlmm.first_segment_with_max_timestamp_at_least
+    assert by_timestamp(tp, 0, TS + 100, 0).segment_id == segments[1].segment_id
+    assert by_timestamp(tp, 1, 0, 0).segment_id == segments[2].segment_id  # the last one is still copying
+    assert by_timestamp(tp, 1, TS + 300, 0) is None
 
 
 def test_batch_lookups_answer_each_lookup_alone(service) -> None:

@@ -70,6 +70,8 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
         assert [s["segment_id"] for s in query(port, "list", text(tp), "--epoch", "0")[1]] == [found["segment_id"]]
         assert query(port, "max-timestamp", text(tp))[1]["segment_id"] == found["segment_id"]
         assert query(port, "next-txn", text(tp), "0", "0") == (0, None)
+        assert query(port, "by-timestamp", text(tp), "0", "0")[1]["segment_id"] == found["segment_id"]
+        assert query(port, "by-timestamp", text(tp), "0", "0", "--starting-offset", "100") == (0, None)
         assert query(port, "health") == (0, "SERVING")
         code, status = query(port, "status")
         assert code == 0 and status["consumes"] and status["counters"]["applied"] == 2 and status["segments"] == 1

@@ -95,6 +95,8 @@ CASES = [
     ("NextSegmentWithTxnIndex", api.NextSegmentWithTxnIndexRequest(topic_id_partition=GOOD, offset=-1),
      "offset: must not be negative"),
     ("MaxTimestamp", api.MaxTimestampRequest(), "topic_id_partition: is required"),
+    ("FirstSegmentWithMaxTimestampAtLeast", api.FirstSegmentWithMaxTimestampAtLeastRequest(
+        topic_id_partition=GOOD, timestamp_ms=5, starting_offset=-1), "starting_offset: must not be negative"),
     ("IsReady", api.IsReadyRequest(), "topic_id_partition: is required"),
     ("BatchRemoteLogSegmentMetadata", api.BatchRemoteLogSegmentMetadataRequest(
         lookups=[api.RemoteLogSegmentMetadataRequest(topic_id_partition=GOOD)] * 51),
@@ -225,6 +227,8 @@ def test_no_field_values_make_the_server_fail(view_server, tp, epoch, offset, st
         ("NextSegmentWithTxnIndex", api.NextSegmentWithTxnIndexRequest(topic_id_partition=tp, leader_epoch=epoch,
                                                                       offset=offset)),
         ("RemoteLogSize", api.RemoteLogSizeRequest(topic_id_partition=tp, leader_epoch=epoch)),
+        ("FirstSegmentWithMaxTimestampAtLeast", api.FirstSegmentWithMaxTimestampAtLeastRequest(
+            topic_id_partition=tp, leader_epoch=epoch, timestamp_ms=offset, starting_offset=start)),
         ("ColumnarRemoteLogSegmentMetadata", api.ColumnarRemoteLogSegmentMetadataRequest(
             partitions=[tp], partition_indexes=[0, 0], leader_epochs=[epoch, 0], offsets=[offset, offset])),
         ("AddRemoteLogSegmentMetadata", api.AddRemoteLogSegmentMetadataRequest(

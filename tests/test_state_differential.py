@@ -123,19 +123,28 @@ def test_view_matches_naive_model(stream) -> None:
     model = ReferenceModel()
     model.assign(ASSIGNED)
     model.mark_ready(ASSIGNED)
-    with tempfile.TemporaryDirectory() as tmp, View(Path(tmp) / "view") as view:
-        with view.batch() as batch:
-            batch.assign(ASSIGNED)
-            batch.mark_ready(ASSIGNED)
-        bounds = [0, *cuts, len(events)]
-        for lo, hi in zip(bounds, bounds[1:]):
+    with tempfile.TemporaryDirectory() as tmp, ready_view(Path(tmp) / "view") as view:
+        for batch_events in batches(events, cuts):
             with view.batch() as batch:
-                for offset, value, record in events[lo:hi]:
+                for offset, value, record in batch_events:
                     expected = model.handle(record, offset)
                     assert batch.apply(0, offset, value) == expected, (offset, record)
             assert probe_partition(view.queries, ASSIGNED) == probe_partition(model, ASSIGNED)
             assert probe_partition(view.queries, OTHER) == probe_partition(model, OTHER)
             assert batch_answers(view.queries) == single_answers(view.queries)
+
+
+def ready_view(path: Path) -> View:
+    view = View(path)
+    with view.batch() as batch:
+        batch.assign(ASSIGNED)
+        batch.mark_ready(ASSIGNED)
+    return view
+
+
+def batches(events: list, cuts: list[int]) -> list[list]:
+    bounds = [0, *cuts, len(events)]
+    return [events[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
 
 
 BATCH_LOOKUPS = [(p, epoch, offset) for p in (0, 1) for epoch in range(8) for offset in range(0, 96, 3)]

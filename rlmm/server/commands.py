@@ -218,6 +218,19 @@ def max_timestamp(client, partition) -> None:
     _answer(lambda: client.max_timestamp(partition))
 
 
+@query.command("by-timestamp")
+@PARTITION
+@click.argument("epoch", type=int)
+@click.argument("timestamp", type=int)
+@click.option("--starting-offset", type=int, default=0, show_default=True,
+              help="Only segments ending at or after this offset.")
+@click.pass_obj
+def by_timestamp(client, partition, epoch: int, timestamp: int, starting_offset: int) -> None:
+    """The first finished segment of leader EPOCH, in Kafka's listing order, whose max timestamp is at least
+    TIMESTAMP (ms): the segment Kafka's ListOffsets by timestamp reads (null when none)."""
+    _answer(lambda: client.first_segment_with_max_timestamp_at_least(partition, epoch, timestamp, starting_offset))
+
+
 @query.command("ready")
 @PARTITION
 @click.pass_obj

@@ -241,6 +241,13 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
     def MaxTimestamp(self, request, context):
         return _with_segment(api.MaxTimestampResponse(), self._queries.max_timestamp(partition_of(request)))
 
+    def FirstSegmentWithMaxTimestampAtLeast(self, request, context):
+        tp = partition_of(request)
+        segment = self._queries.first_segment_with_max_timestamp_at_least(
+            tp, not_negative(request.leader_epoch, "leader_epoch"), request.timestamp_ms,
+            not_negative(request.starting_offset, "starting_offset"))
+        return _with_segment(api.FirstSegmentWithMaxTimestampAtLeastResponse(), segment)
+
     def IsReady(self, request, context):
         return api.IsReadyResponse(ready=self._queries.is_ready(partition_of(request)))
 

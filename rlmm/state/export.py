@@ -4,7 +4,7 @@
 its segments, and per leader epoch the highest offset, the referenced entries and the unreferenced
 set) from any ``ReadKV``. ``write_partition_state(kv, tp, state)`` writes exactly the rows the state
 machine would have written for that state, derived indexes included (offset-index entries, txn,
-breaks, max timestamp, membership, epoch aggregates, orphans). Pure: no I/O.
+breaks, inversions, max timestamp, timestamp trees, membership, epoch aggregates, orphans). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentState, TopicIdPartition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.state import keys as K
+from rlmm.state import timestamp_index
 from rlmm.state.kv import ReadKV, WriteKV, scan
-from rlmm.state.machine import REFERENCED, UNREFERENCED, _is_break, epoch_end
+from rlmm.state.machine import REFERENCED, UNREFERENCED, _is_break, _is_inversion, decode_segment, epoch_end
+from rlmm.state.maxtree import TreePages
 from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, pack_memberships
 
 
@@ -52,7 +54,7 @@ def partition_state(kv: ReadKV, tp: TopicIdPartition) -> PartitionState | None:
         return None
     row = PartitionRow.unpack(raw)
     tpid = row.tpid
-    segments = [decode_value(v) for _, v in scan(kv, K.SEGMENTS, tpid)]
+    segments = [decode_segment(v) for _, v in scan(kv, K.SEGMENTS, tpid)]
     epochs: dict[int, EpochState] = {}
     for key, value in scan(kv, K.EPOCHS, tpid):
         epoch = K.read_epoch(key, 4)
@@ -62,6 +64,7 @@ def partition_state(kv: ReadKV, tp: TopicIdPartition) -> PartitionState | None:
     for key, _ in scan(kv, K.UNREFERENCED, tpid):
         epochs[K.read_epoch(key, 4)].unreferenced.append(key[8:])
     delete = decode_value(row.delete_record) if row.delete_record else None
+    assert delete is None or isinstance(delete, PartitionDelete)
     return PartitionState(tp, row.assigned, row.ready, row.removed, row.last_applied_offset, delete, segments,
                           [epochs[e] for e in sorted(epochs)])
 
@@ -101,22 +104,24 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
             kv.put(K.MAX_TIMESTAMP, K.max_timestamp_key(tpid, segment.max_timestamp_ms, segment.end_offset,
                                                         segment.segment_id), b"")
     members: dict[bytes, dict[int, int]] = {}
+    trees = TreePages(kv, K.TIMESTAMP_TREES)
     for es in state.epochs:
         epoch = es.epoch
         er = EpochRow(highest_offset=es.highest_offset)
         entries: list[tuple[int, RefEntry]] = []
         for start, segment_id in es.referenced:
-            segment = by_id.get(segment_id)
-            if segment is None or segment.state is not SegmentState.COPY_SEGMENT_FINISHED:
+            referenced = by_id.get(segment_id)
+            if referenced is None or referenced.state is not SegmentState.COPY_SEGMENT_FINISHED:
                 raise StateError(f"epoch {epoch} of {tp} references segment {segment_id.hex()}, which is not a "
                                  f"finished segment of the partition")
             try:
-                end = epoch_end(segment, epoch)
+                end = epoch_end(referenced, epoch)
             except KeyError:
                 raise StateError(f"epoch {epoch} of {tp} references segment {segment_id.hex()} outside its epochs") \
                     from None
-            entries.append((start, RefEntry(segment_id, end, segment.end_offset, segment.txn_index_empty,
-                                                 segment.segment_size_in_bytes, encoded[segment_id])))
+            entries.append((start, RefEntry(segment_id, end, referenced.end_offset, referenced.txn_index_empty,
+                                            referenced.segment_size_in_bytes, referenced.start_offset,
+                                            encoded[segment_id])))
             flags = members.setdefault(segment_id, {})
             flags[epoch] = flags.get(epoch, 0) | REFERENCED
         entries.sort(key=lambda e: e[0])
@@ -125,24 +130,32 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
             kv.put(K.OFFSETS, key, entry.pack())
             if not entry.txn_index_empty:
                 kv.put(K.TXN, key, b"")
-            if _is_break(entry, entries[i + 1] if i + 1 < len(entries) else None):
+            following = entries[i + 1] if i + 1 < len(entries) else None
+            if _is_break(entry, following):
                 kv.put(K.BREAKS, key, b"")
+            if _is_inversion(entry, following):
+                kv.put(K.INVERSIONS, key, b"")
+            timestamp_index.reference(trees, tpid, epoch, start, by_id[entry.segment_id])
         if entries:
             er.first_key, er.last_key, er.last_end = entries[0][0], entries[-1][0], entries[-1][1].end_offset
         prefix = K.epoch_prefix(tpid, epoch)
         for segment_id in es.unreferenced:
             kv.put(K.UNREFERENCED, prefix + segment_id, b"")
+            unreferenced = by_id.get(segment_id)
+            if unreferenced is not None and unreferenced.state is SegmentState.COPY_SEGMENT_FINISHED:
+                timestamp_index.add_finished_unreferenced(kv, tpid, epoch, unreferenced.start_offset, segment_id)
             flags = members.setdefault(segment_id, {})
             flags[epoch] = flags.get(epoch, 0) | UNREFERENCED
         er.unreferenced = len(es.unreferenced)
         for segment_id in [s for _, s in es.referenced] + list(es.unreferenced):
             er.members += 1
-            segment = by_id.get(segment_id)
-            if segment is None:
+            member = by_id.get(segment_id)
+            if member is None:
                 er.dangling += 1
             else:
-                er.size += segment.segment_size_in_bytes
+                er.size += member.segment_size_in_bytes
         kv.put(K.EPOCHS, prefix, er.pack())
+    trees.flush()
     orphans = 0
     for segment_id, flags in members.items():
         kv.put(K.MEMBERSHIP, tpid + segment_id, pack_memberships(flags))

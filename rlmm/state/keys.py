@@ -25,20 +25,28 @@ TXN: Final = "txn"  # tpid|epoch|epoch start offset -> b"" for referenced segmen
 # tpid|epoch|epoch start offset -> b"" where the offset chain does not continue to the next entry
 BREAKS: Final = "breaks"
 MAX_TIMESTAMP: Final = "max_timestamp"  # tpid|max ts|end offset|segment id -> b"" for COPY_SEGMENT_FINISHED segments
+# tpid|epoch|level|node|slot -> a slot of the epoch's tree of maxima (rlmm/state/maxtree.py) over its offset index
+# (max timestamp and end offset of each entry's segment); tpid|epoch|0xff -> the tree's top
+TIMESTAMP_TREES: Final = "timestamp_trees"
+# tpid|epoch|epoch start offset -> b"" where the next entry's segment starts before this entry's
+INVERSIONS: Final = "inversions"
+# tpid|epoch|start offset|segment id -> b"" for the unreferenced segments of an epoch that are COPY_SEGMENT_FINISHED
+FINISHED_UNREFERENCED: Final = "finished_unreferenced"
 METADATA_OFFSETS: Final = "metadata_offsets"  # metadata partition -> last consumed offset
 QUARANTINE: Final = "quarantine"  # metadata partition|offset -> QuarantineEntry
 
 COLUMN_FAMILIES: Final = (
     META, PARTITIONS, TP_BY_ID, SEGMENTS, EPOCHS, OFFSETS, UNREFERENCED, MEMBERSHIP, TXN, BREAKS,
-    MAX_TIMESTAMP, METADATA_OFFSETS, QUARANTINE,
+    MAX_TIMESTAMP, TIMESTAMP_TREES, INVERSIONS, FINISHED_UNREFERENCED, METADATA_OFFSETS, QUARANTINE,
 )
 # column families whose keys start with a tpid and that a partition removal clears
-PER_PARTITION: Final = (SEGMENTS, EPOCHS, OFFSETS, UNREFERENCED, MEMBERSHIP, TXN, BREAKS, MAX_TIMESTAMP)
+PER_PARTITION: Final = (SEGMENTS, EPOCHS, OFFSETS, UNREFERENCED, MEMBERSHIP, TXN, BREAKS, MAX_TIMESTAMP,
+                        TIMESTAMP_TREES, INVERSIONS, FINISHED_UNREFERENCED)
 
 _U32: Final = struct.Struct(">I")
 _U64: Final = struct.Struct(">Q")
 _I32_FLIP: Final = 1 << 31
-_I64_FLIP: Final = 1 << 63
+I64_FLIP: Final = 1 << 63
 MAX_OFFSET: Final = (1 << 63) - 1
 MIN_OFFSET: Final = -(1 << 63)
 _TP_IDENTITY: Final = struct.Struct(">16si")
@@ -69,11 +77,11 @@ def read_u32(data: bytes, pos: int = 0) -> int:
 
 
 def offset_bytes(offset: int) -> bytes:
-    return _U64.pack(offset + _I64_FLIP)
+    return _U64.pack(offset + I64_FLIP)
 
 
 def read_offset(data: bytes, pos: int) -> int:
-    return _U64.unpack_from(data, pos)[0] - _I64_FLIP
+    return _U64.unpack_from(data, pos)[0] - I64_FLIP
 
 
 def read_epoch(data: bytes, pos: int) -> int:
@@ -85,11 +93,11 @@ def epoch_prefix(tpid: bytes, epoch: int) -> bytes:
 
 
 def offset_key(tpid: bytes, epoch: int, offset: int) -> bytes:
-    return _OFFSET_KEY.pack(tpid, epoch + _I32_FLIP, offset + _I64_FLIP)
+    return _OFFSET_KEY.pack(tpid, epoch + _I32_FLIP, offset + I64_FLIP)
 
 
 def max_timestamp_key(tpid: bytes, max_timestamp_ms: int, end_offset: int, segment_id: bytes) -> bytes:
-    return _MAX_TIMESTAMP_KEY.pack(tpid, max_timestamp_ms + _I64_FLIP, end_offset + _I64_FLIP, segment_id)
+    return _MAX_TIMESTAMP_KEY.pack(tpid, max_timestamp_ms + I64_FLIP, end_offset + I64_FLIP, segment_id)
 
 
 def quarantine_key(metadata_partition: int, offset: int) -> bytes:

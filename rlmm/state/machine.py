@@ -15,8 +15,9 @@ apply it, quirks included:
 
 Besides Kafka's own structures the machine keeps the derived indexes the queries seek in: per
 epoch aggregates (size, members, members without metadata), the txn-index and chain-break indexes
-for ``nextSegmentWithTxnIndex``, and the max-timestamp index. Every check happens before the first
-write, so a refused record changes nothing.
+for ``nextSegmentWithTxnIndex``, the max-timestamp index, and the timestamp index (a tree of maxima per
+epoch, the inversions and the finished unreferenced segments: rlmm/state/timestamp_index.py). Every check
+happens before the first write, so a refused record changes nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from rlmm.records.model import (
 )
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.state import keys as K
+from rlmm.state import timestamp_index as TI
 from rlmm.state.kv import ReadKV, WriteKV
+from rlmm.state.maxtree import Page, TreePages
 from rlmm.state.results import (
     APPLIED,
     IGNORED_INVALID_TRANSITION,
@@ -82,9 +85,12 @@ class StateMachine:
     """
 
     def __init__(self, kv: WriteKV, rows: dict[TopicIdPartition, PartitionRow] | None = None,
-                 epochs: dict[bytes, EpochRow] | None = None) -> None:
-        """``rows`` and ``epochs`` may be caches kept across batches by the only writer of the KV."""
+                 epochs: dict[bytes, EpochRow] | None = None, tree_pages: dict[bytes, Page] | None = None,
+                 tree_tops: dict[bytes, tuple[int, int] | None] | None = None) -> None:
+        """``rows``, ``epochs``, ``tree_pages`` and ``tree_tops`` may be caches kept across batches by the only
+        writer of the KV."""
         self.kv = kv
+        self._tree_pages = TreePages(kv, K.TIMESTAMP_TREES, tree_pages, tree_tops)
         self._rows = {} if rows is None else rows
         self._epochs = {} if epochs is None else epochs  # tpid|epoch -> row
         self._dirty_rows: set[TopicIdPartition] = set()
@@ -115,6 +121,7 @@ class StateMachine:
                 kv.put(K.MEMBERSHIP, key, pack_memberships(members))
             else:
                 kv.delete(K.MEMBERSHIP, key)
+        self._tree_pages.flush()
         for mp, offset in self._consumed.items():
             key = K.u32(mp)
             raw = kv.get(K.METADATA_OFFSETS, key)
@@ -251,6 +258,8 @@ class StateMachine:
             existing.segment_size_in_bytes, update.custom_metadata, target, existing.txn_index_empty,
             existing.unknown_tags)
         tpid, segment_id, size = row.tpid, updated.segment_id, updated.segment_size_in_bytes
+        was_finished = existing.state is _S.COPY_SEGMENT_FINISHED
+        unreferenced_before = self._unreferenced_epochs(tpid, segment_id) if was_finished else []
         for epoch, start in updated.segment_leader_epochs:
             er = self._epoch(tpid, epoch)
             if target is _S.COPY_SEGMENT_FINISHED:
@@ -260,12 +269,22 @@ class StateMachine:
                     # the epoch's index holds the segment at its start in the epoch, as written from this
                     # same metadata: a FINISHED segment's offsets, size and txn flag never change
                     self._referenced_remove(er, tpid, epoch, start, RefEntry(
-                        segment_id, epoch_end(existing, epoch), existing.end_offset, existing.txn_index_empty, size))
+                        segment_id, epoch_end(existing, epoch), existing.end_offset, existing.txn_index_empty, size,
+                        existing.start_offset))
                 self._unreferenced_add(er, tpid, epoch, segment_id, size)
             else:
                 self._unreferenced_remove(er, tpid, epoch, segment_id, size)
+        if was_finished or target is _S.COPY_SEGMENT_FINISHED:
+            # the epochs listing the segment unreferenced while it is finished: evicted there, or tracked under an
+            # epoch that a re-add with other epochs left behind
+            unreferenced_after = self._unreferenced_epochs(tpid, segment_id) \
+                if target is _S.COPY_SEGMENT_FINISHED else []
+            TI.move_finished_unreferenced(self.kv, tpid, updated, unreferenced_before, unreferenced_after)
         self._put_segment(row, existing, None if target is _S.DELETE_SEGMENT_FINISHED else updated)
         return APPLIED
+
+    def _unreferenced_epochs(self, tpid: bytes, segment_id: bytes) -> list[int]:
+        return [epoch for epoch, flags in self._memberships(tpid, segment_id).items() if flags & UNREFERENCED]
 
     def _copy_finished(self, er: EpochRow, tpid: bytes, epoch: int, start: int, segment: SegmentMetadata) -> None:
         """RemoteLogLeaderEpochState.handleSegmentWithCopySegmentFinishedState."""
@@ -275,9 +294,11 @@ class StateMachine:
             evicted = self._ref(tpid, epoch, er.last_key)
             self._referenced_remove(er, tpid, epoch, er.last_key, evicted)
             self._unreferenced_add(er, tpid, epoch, evicted.segment_id, evicted.size)
+            if evicted.segment_id != segment.segment_id:  # still finished, now unreferenced (_update moves its own)
+                TI.add_finished_unreferenced(self.kv, tpid, epoch, evicted.start_offset, evicted.segment_id)
         entry = RefEntry(segment.segment_id, end, segment.end_offset, segment.txn_index_empty,
-                              segment.segment_size_in_bytes, self._encode(tpid, segment))
-        self._referenced_put(er, tpid, epoch, start, entry)
+                         segment.segment_size_in_bytes, segment.start_offset, self._encode(tpid, segment))
+        self._referenced_put(er, tpid, epoch, start, entry, segment)
         self._unreferenced_remove(er, tpid, epoch, segment.segment_id, segment.segment_size_in_bytes)
         if er.highest_offset is None or end > er.highest_offset:
             er.highest_offset = end
@@ -296,6 +317,7 @@ class StateMachine:
         for cf in K.PER_PARTITION:
             self.kv.delete_prefix(cf, row.tpid)
         row.total_size = row.segment_count = row.orphans = 0
+        self._tree_pages.forget(row.tpid)
         for cache in (self._epochs, self._segments, self._members):
             for key in [k for k in cache if k.startswith(row.tpid)]:
                 del cache[key]
@@ -405,7 +427,8 @@ class StateMachine:
     # (txn, breaks) are written or deleted only when they change, so seeks never wade through
     # tombstones of keys that were never there.
 
-    def _referenced_put(self, er: EpochRow, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
+    def _referenced_put(self, er: EpochRow, tpid: bytes, epoch: int, start: int, entry: RefEntry,
+                        segment: SegmentMetadata) -> None:
         prefix = K.epoch_prefix(tpid, epoch)
         key = K.offset_key(tpid, epoch, start)
         old = None
@@ -415,6 +438,10 @@ class StateMachine:
         elif start > er.last_key:  # an append, the common case: the previous last entry was no break
             if not (start == er.last_end + 1 and start <= entry.epoch_end):
                 self.kv.put_new(K.BREAKS, K.offset_key(tpid, epoch, er.last_key), b"")
+            # (the last entry's segment starts at or before its start in the epoch)
+            if entry.start_offset <= er.last_key and \
+                    self._ref(tpid, epoch, er.last_key).start_offset > entry.start_offset:
+                self.kv.put_new(K.INVERSIONS, K.offset_key(tpid, epoch, er.last_key), b"")
             prev = nxt = None
             er.last_key = start
         elif start < er.first_key:
@@ -433,12 +460,18 @@ class StateMachine:
             self.kv.put_new(K.OFFSETS, key, entry.pack())
         else:
             self.kv.put(K.OFFSETS, key, entry.pack())
+            TI.unreference(self._tree_pages, tpid, epoch, start)
+        TI.reference(self._tree_pages, tpid, epoch, start, segment)
         self._update_index(K.TXN, key, old is not None and not old.txn_index_empty, not entry.txn_index_empty)
         self._update_index(K.BREAKS, key, old is not None and _is_break(old, nxt), _is_break(entry, nxt))
+        self._update_index(K.INVERSIONS, key, old is not None and _is_inversion(old, nxt), _is_inversion(entry, nxt))
         if prev is not None:
+            prev_key = K.offset_key(tpid, epoch, prev[0])
             prev_next_before = nxt if old is None else (start, old)
-            self._update_index(K.BREAKS, K.offset_key(tpid, epoch, prev[0]), _is_break(prev[1], prev_next_before),
+            self._update_index(K.BREAKS, prev_key, _is_break(prev[1], prev_next_before),
                                _is_break(prev[1], (start, entry)))
+            self._update_index(K.INVERSIONS, prev_key, _is_inversion(prev[1], prev_next_before),
+                               _is_inversion(prev[1], (start, entry)))
         self._membership(er, tpid, epoch, entry.segment_id, REFERENCED, True, entry.size)
 
     def _referenced_remove(self, er: EpochRow, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
@@ -447,24 +480,30 @@ class StateMachine:
         prev = None if start == er.first_key else self._neighbour_below(prefix, start)
         nxt = None
         if start == er.last_key:
-            next_start, was_break = None, False
+            next_start, was_break, was_inversion = None, False, False
         elif start == er.first_key and self.kv.get(K.BREAKS, key) is None:
             # the first entry (retention's case) and no break: the next entry starts right after it, no seek
             next_start, was_break = entry.end_offset + 1, False
+            was_inversion = self.kv.get(K.INVERSIONS, key) is not None
         else:
             nxt = self._neighbour_above(prefix, start)
             next_start, was_break = None if nxt is None else nxt[0], _is_break(entry, nxt)
+            was_inversion = _is_inversion(entry, nxt)
         self.kv.delete(K.OFFSETS, key)
+        TI.unreference(self._tree_pages, tpid, epoch, start)
         self._update_index(K.TXN, key, not entry.txn_index_empty, False)
         self._update_index(K.BREAKS, key, was_break, False)
+        self._update_index(K.INVERSIONS, key, was_inversion, False)
         if start == er.first_key:
             er.first_key = next_start
         if start == er.last_key:
             er.last_key = None if prev is None else prev[0]
             er.last_end = 0 if prev is None else prev[1].end_offset
         if prev is not None:
-            self._update_index(K.BREAKS, K.offset_key(tpid, epoch, prev[0]), _is_break(prev[1], (start, entry)),
-                               _is_break(prev[1], nxt))
+            prev_key = K.offset_key(tpid, epoch, prev[0])
+            self._update_index(K.BREAKS, prev_key, _is_break(prev[1], (start, entry)), _is_break(prev[1], nxt))
+            self._update_index(K.INVERSIONS, prev_key, _is_inversion(prev[1], (start, entry)),
+                               _is_inversion(prev[1], nxt))
         self._membership(er, tpid, epoch, entry.segment_id, REFERENCED, False, entry.size)
 
     def _ref(self, tpid: bytes, epoch: int, start: int) -> RefEntry:
@@ -493,6 +532,12 @@ def _is_break(entry: RefEntry, nxt: tuple[int, RefEntry] | None) -> bool:
     """Whether Kafka's txn walk, stepping from ``entry`` to the entry holding end+1, does not simply
     continue at the next entry. The last entry is no break: it ends every chain anyway."""
     return nxt is not None and not (nxt[0] == entry.end_offset + 1 and nxt[0] <= nxt[1].epoch_end)
+
+
+def _is_inversion(entry: RefEntry, nxt: tuple[int, RefEntry] | None) -> bool:
+    """Whether the next entry's segment starts before this one's: the offset index's order is then not the
+    order by start offset that Kafka's listing sorts into when the epoch has unreferenced segments."""
+    return nxt is not None and nxt[1].start_offset < entry.start_offset
 
 
 def _flag_count(flags: int) -> int:

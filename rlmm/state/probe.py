@@ -42,6 +42,13 @@ def probe_partition(queries: Queries, tp: TopicIdPartition) -> dict[str, Any]:
             _ask(queries.list_epoch_segments, tp, epoch),
             _ask(queries.remote_log_size, tp, epoch),
         ]
+    timestamps = _spread(sorted({s.max_timestamp_ms for s in segments}))
+    ends = _spread(sorted({s.end_offset for s in segments}))
+    for epoch in epochs:
+        for timestamp in timestamps:
+            for starting_offset in ends:
+                answers[f"timestamp {epoch}/{timestamp}/{starting_offset}"] = _ask(
+                    queries.first_segment_with_max_timestamp_at_least, tp, epoch, timestamp, starting_offset)
     for s in segments:
         for epoch, start in s.segment_leader_epochs:
             for offset in (start - 1, start, s.end_offset, s.end_offset + 1):
@@ -50,3 +57,10 @@ def probe_partition(queries: Queries, tp: TopicIdPartition) -> dict[str, Any]:
                     _ask(queries.next_segment_with_txn_index, tp, epoch, offset),
                 ]
     return answers
+
+
+def _spread(values: list[int]) -> list[int]:
+    """A few bounds around sorted ``values``: below all, the lowest, the middle one, the highest, above all."""
+    if not values:
+        return []
+    return sorted({values[0] - 1, values[0], values[len(values) // 2], values[-1], values[-1] + 1})

@@ -13,6 +13,7 @@ from typing import TypeVar
 from rlmm.records.model import SegmentMetadata, TopicIdPartition
 from rlmm.records.uuid import uuid_to_str
 from rlmm.state import keys as K
+from rlmm.state import timestamp_index
 from rlmm.state.errors import KafkaStateError, RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.state.kv import Item, ReadKV, last, scan
 from rlmm.state.machine import decode_segment, load_segment, ref_entry
@@ -184,6 +185,37 @@ class Queries:
                 return None
             found = self._lookup(tpid, epoch, last_of_run.end_offset + 1, er)
         return None
+
+    def first_segment_with_max_timestamp_at_least(self, tp: TopicIdPartition, epoch: int, timestamp: int,
+                                                  starting_offset: int) -> SegmentMetadata | None:
+        """The segment Kafka's findOffsetByTimestamp picks in one epoch: the first COPY_SEGMENT_FINISHED
+        segment of ``list_epoch_segments(tp, epoch)`` with max timestamp >= ``timestamp`` and end offset >=
+        ``starting_offset``, failing as that listing fails. The offset index's part comes from a descent of
+        the epoch's tree of maxima (a seek per branching level); the unreferenced segments, when there are
+        any, are read (see rlmm/state/timestamp_index.py). (The broker's own check of the segment against
+        its leader-epoch cache is not part of the metadata and stays with the broker.)"""
+        tpid = self._ready_tpid(tp)
+        er = self._epoch_row(tpid, epoch)
+        if er is None or er.members == 0:
+            return None
+        if er.dangling:
+            raise RemoteResourceNotFound(f"No remote log segment metadata found for a segment of epoch {epoch}"
+                                         f" of {_describe(tp)}")
+        prefix = K.epoch_prefix(tpid, epoch)
+        if er.unreferenced and self.kv.ceiling(K.INVERSIONS, prefix, prefix) is not None:
+            listed = self.list_epoch_segments(tp, epoch)  # the order by start offset is not the index's
+            return next((s for s in listed if timestamp_index.qualifies(s, timestamp, starting_offset)), None)
+        found = timestamp_index.first_referenced(self.kv, tpid, epoch, timestamp, starting_offset)
+        referenced = None if found is None else ref_entry(self.kv, K.offset_key(tpid, epoch, found))
+        unreferenced = None
+        for segment_id in timestamp_index.finished_unreferenced(self.kv, tpid, epoch) if er.unreferenced else ():
+            segment = _present(load_segment(self.kv, tpid, segment_id))
+            if timestamp_index.qualifies(segment, timestamp, starting_offset):
+                unreferenced = segment
+                break
+        if referenced is not None and (unreferenced is None or referenced.start_offset <= unreferenced.start_offset):
+            return decode_segment(referenced.value)
+        return unreferenced
 
     def max_timestamp(self, tp: TopicIdPartition) -> SegmentMetadata | None:
         """The COPY_SEGMENT_FINISHED segment with the largest max timestamp (ties: larger end offset)."""

@@ -20,7 +20,7 @@ from rocksdict import (
 )
 
 from rlmm.state import keys as K
-from rlmm.state.errors import ViewDamaged, ViewInUse, ViewStorageFailed
+from rlmm.state.errors import ViewDamaged, ViewInUse, ViewSchemaMismatch, ViewStorageFailed
 from rlmm.state.kv import Item, StagedKV
 
 
@@ -77,6 +77,7 @@ class RocksKV:
         self._path = str(path)
         self._options = options
         self._cf_options = {cf: cf_options for cf in K.COLUMN_FAMILIES}
+        self._read_only = read_only
         self._access = AccessType.read_only() if read_only else AccessType.read_write()
         self.write_options = WriteOptions()
         self.write_options.sync = sync
@@ -86,6 +87,8 @@ class RocksKV:
         self._open()
 
     def _open(self) -> None:
+        if self._read_only:
+            self._check_column_families()
         try:
             self.db: Any = Rdict(self._path, options=self._options, column_families=self._cf_options,
                                  access_type=self._access)  # None once closed for a reopen
@@ -93,6 +96,18 @@ class RocksKV:
             raise self._failed(exc) from None
         self.cfs = {cf: self.db.get_column_family(cf) for cf in K.COLUMN_FAMILIES}
         self.handles = {cf: self.db.get_column_family_handle(cf) for cf in K.COLUMN_FAMILIES}
+
+    def _check_column_families(self) -> None:
+        """A read-only open cannot create the column families a newer rlmm added: say so instead of failing."""
+        try:
+            present = set(Rdict.list_cf(str(self._path)))
+        except Exception as exc:
+            raise self._failed(exc) from None
+        missing = [cf for cf in K.COLUMN_FAMILIES if cf not in present]
+        if missing:
+            raise ViewSchemaMismatch(f"the view at {self._path} was written by an older rlmm (it has no "
+                                     f"{', '.join(missing)}): open it once for writing (rlmm consume or serve) "
+                                     f"to upgrade it")
 
     def close(self) -> None:
         """Close the database; it is only released once no column family object refers to it."""

@@ -8,7 +8,7 @@ from typing import Final
 
 _PARTITION_ROW: Final = struct.Struct(">4sBqqqq")
 _EPOCH_ROW: Final = struct.Struct(">qqqqqIII")
-_REF_ENTRY: Final = struct.Struct(">16sqq?i")
+_REF_ENTRY: Final = struct.Struct(">16sqq?iq")
 _NONE: Final = -(1 << 63)  # stands for "absent" in optional int64 fields (Kafka never stores Long.MIN_VALUE here)
 
 
@@ -113,25 +113,27 @@ class RefEntry:
     end_offset: int
     txn_index_empty: bool
     size: int  # segment_size_in_bytes
+    start_offset: int  # the segment's (for the listing's order by start offset)
     value: bytes = b""
 
     def __init__(self, segment_id: bytes, epoch_end: int, end_offset: int, txn_index_empty: bool, size: int,
-                 value: bytes = b"") -> None:
+                 start_offset: int, value: bytes = b"") -> None:
         self.segment_id = segment_id
         self.epoch_end = epoch_end
         self.end_offset = end_offset
         self.txn_index_empty = txn_index_empty
         self.size = size
+        self.start_offset = start_offset
         self.value = value
 
     def pack(self) -> bytes:
         return _REF_ENTRY.pack(self.segment_id, self.epoch_end, self.end_offset, self.txn_index_empty,
-                                 self.size) + self.value
+                                 self.size, self.start_offset) + self.value
 
     @classmethod
     def unpack(cls, data: bytes) -> RefEntry:
-        segment_id, epoch_end, end_offset, txn_index_empty, size = _REF_ENTRY.unpack_from(data)
-        return cls(segment_id, epoch_end, end_offset, txn_index_empty, size, data[_REF_ENTRY.size:])
+        segment_id, epoch_end, end_offset, txn_index_empty, size, start_offset = _REF_ENTRY.unpack_from(data)
+        return cls(segment_id, epoch_end, end_offset, txn_index_empty, size, start_offset, data[_REF_ENTRY.size:])
 
 _REF_EPOCH_END: Final = struct.Struct(">16xq")  # after the segment id
 

@@ -28,16 +28,20 @@ from rlmm.state.cache import CachedReadKV
 from rlmm.state.errors import ViewDamaged, ViewNotFound, ViewSchemaMismatch
 from rlmm.state.kv import StagedKV, scan
 from rlmm.state.machine import StateMachine
+from rlmm.state.maxtree import Page
+from rlmm.state.maxtree import release as release_tree_pages
 from rlmm.state.offset_cache import OffsetCache
 from rlmm.state.queries import Queries
 from rlmm.state.results import ApplyResult
 from rlmm.state.rocks import RocksKV
 from rlmm.state.rows import EpochRow, PartitionRow
+from rlmm.state.upgrade import STEPS as UPGRADE_STEPS
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 EPOCH_CACHE_LIMIT: Final = 100_000
+TREE_CACHE_LIMIT: Final = 4_096  # timestamp-tree pages (up to ~2.5 KB each in memory) and tops
 OFFSET_CACHE_LIMIT: Final = 4_000_000  # what batch lookups hold in memory, in start offsets (8 bytes): 32 MB
 _HEADER_LEN: Final = struct.Struct(">H")
 CONSUMER_STATE_PREFIX: Final = b"consumer:"  # meta keys owned by the consumer
@@ -130,20 +134,41 @@ class View:
         # partition and epoch rows, kept across batches: this view is their only writer
         self._row_cache: dict[TopicIdPartition, PartitionRow] = {}
         self._epoch_cache: dict[bytes, EpochRow] = {}
+        self._tree_pages: dict[bytes, Page] = {}  # the timestamp trees' pages and tops, likewise
+        self._tree_tops: dict[bytes, tuple[int, int] | None] = {}
         self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS))
         self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT)
         self.queries = Queries(self._read_cache, self._offset_cache)
-        self._check_schema()
+        self._check_schema(read_only)
 
-    def _check_schema(self) -> None:
+    def _check_schema(self, read_only: bool) -> None:
         raw = self._kv.get(K.META, K.SCHEMA_VERSION_KEY)
         if raw is None:
             with self.batch() as batch:
                 batch.stage.put(K.META, K.SCHEMA_VERSION_KEY, K.u32(SCHEMA_VERSION))
-        elif K.read_u32(raw) != SCHEMA_VERSION:
-            self.close()
-            raise ViewSchemaMismatch(f"view at {self.path} has schema version {K.read_u32(raw)}, this rlmm reads "
-                             f"{SCHEMA_VERSION}: rebuild it from the topic or a snapshot")
+            return
+        version = K.read_u32(raw)
+        if version == SCHEMA_VERSION:
+            return
+        if version in UPGRADE_STEPS and not read_only:
+            self._upgrade(version)
+            return
+        self.close()
+        raise ViewSchemaMismatch(f"view at {self.path} has schema version {version}, this rlmm reads "
+                                 f"{SCHEMA_VERSION}: rebuild it from the topic or a snapshot")
+
+    def _upgrade(self, version: int) -> None:
+        tps = [K.tp_from_identity(key) for key, _ in scan(self._kv, K.PARTITIONS, b"")]
+        while version < SCHEMA_VERSION:
+            log.warning("upgrading the view at %s from schema version %d to %d (%d partitions)", self.path, version,
+                        version + 1, len(tps))
+            step = UPGRADE_STEPS[version]
+            for tp in tps:
+                with self.batch() as batch:
+                    step(batch.stage, tp)
+            version += 1
+            with self.batch() as batch:
+                batch.stage.put(K.META, K.SCHEMA_VERSION_KEY, K.u32(version))
 
     def close(self) -> None:
         self._kv.close()
@@ -177,7 +202,8 @@ class View:
         """Stage operations; on normal exit they are committed as one atomic write."""
         with self._write_lock:
             stage = StagedKV(self._kv)
-            batch = Batch(stage, StateMachine(stage, self._row_cache, self._epoch_cache))
+            batch = Batch(stage, StateMachine(stage, self._row_cache, self._epoch_cache, self._tree_pages,
+                                                 self._tree_tops))
             try:
                 yield batch
             except BaseException:
@@ -198,10 +224,15 @@ class View:
             self._offset_cache.committed(batch.stage)
             if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
                 self._epoch_cache.clear()
+            if len(self._tree_pages) + len(self._tree_tops) > TREE_CACHE_LIMIT:
+                release_tree_pages(self._tree_pages)
+                self._tree_tops.clear()
 
     def _drop_caches(self) -> None:
         self._row_cache.clear()
         self._epoch_cache.clear()
+        release_tree_pages(self._tree_pages)
+        self._tree_tops.clear()
         self._read_cache.clear()
         self._offset_cache.clear()
 

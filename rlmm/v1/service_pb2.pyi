@@ -155,6 +155,24 @@ class MaxTimestampResponse(_message.Message):
     remote_log_segment_metadata: _metadata_pb2.RemoteLogSegmentMetadata
     def __init__(self, remote_log_segment_metadata: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]] = ...) -> None: ...
 
+class FirstSegmentWithMaxTimestampAtLeastRequest(_message.Message):
+    __slots__ = ("topic_id_partition", "leader_epoch", "timestamp_ms", "starting_offset")
+    TOPIC_ID_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTING_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic_id_partition: _metadata_pb2.TopicIdPartition
+    leader_epoch: int
+    timestamp_ms: int
+    starting_offset: int
+    def __init__(self, topic_id_partition: _Optional[_Union[_metadata_pb2.TopicIdPartition, _Mapping]] = ..., leader_epoch: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., starting_offset: _Optional[int] = ...) -> None: ...
+
+class FirstSegmentWithMaxTimestampAtLeastResponse(_message.Message):
+    __slots__ = ("remote_log_segment_metadata",)
+    REMOTE_LOG_SEGMENT_METADATA_FIELD_NUMBER: _ClassVar[int]
+    remote_log_segment_metadata: _metadata_pb2.RemoteLogSegmentMetadata
+    def __init__(self, remote_log_segment_metadata: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]] = ...) -> None: ...
+
 class IsReadyRequest(_message.Message):
     __slots__ = ("topic_id_partition",)
     TOPIC_ID_PARTITION_FIELD_NUMBER: _ClassVar[int]

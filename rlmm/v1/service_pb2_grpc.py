@@ -75,6 +75,11 @@ class RemoteLogMetadataServiceStub:
                 request_serializer=rlmm_dot_v1_dot_service__pb2.MaxTimestampRequest.SerializeToString,
                 response_deserializer=rlmm_dot_v1_dot_service__pb2.MaxTimestampResponse.FromString,
                 _registered_method=True)
+        self.FirstSegmentWithMaxTimestampAtLeast = channel.unary_unary(
+                '/rlmm.v1.RemoteLogMetadataService/FirstSegmentWithMaxTimestampAtLeast',
+                request_serializer=rlmm_dot_v1_dot_service__pb2.FirstSegmentWithMaxTimestampAtLeastRequest.SerializeToString,
+                response_deserializer=rlmm_dot_v1_dot_service__pb2.FirstSegmentWithMaxTimestampAtLeastResponse.FromString,
+                _registered_method=True)
         self.IsReady = channel.unary_unary(
                 '/rlmm.v1.RemoteLogMetadataService/IsReady',
                 request_serializer=rlmm_dot_v1_dot_service__pb2.IsReadyRequest.SerializeToString,
@@ -184,6 +189,19 @@ class RemoteLogMetadataServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FirstSegmentWithMaxTimestampAtLeast(self, request, context):
+        """The segment Kafka's findOffsetByTimestamp (ListOffsets by timestamp over tiered data, KAFKA-15802)
+        picks in one leader epoch: the first COPY_SEGMENT_FINISHED segment, in the order
+        ListRemoteLogSegments lists the epoch, with max_timestamp_ms >= timestamp_ms and end_offset >=
+        starting_offset. Fails as that listing fails. Found by descending the epoch's tree of maxima
+        over its offset index (a seek per branching level, 16 at most, whatever the number of
+        segments), and reading the epoch's finished unreferenced segments if it has unreferenced ones.
+        The broker's own check of the segment against its leader-epoch cache stays with the broker.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def IsReady(self, request, context):
         """isReady(topicIdPartition): whether the partition's metadata is loaded here. Never fails: an
         unknown partition is not ready.
@@ -278,6 +296,11 @@ def add_RemoteLogMetadataServiceServicer_to_server(servicer, server):
                     servicer.MaxTimestamp,
                     request_deserializer=rlmm_dot_v1_dot_service__pb2.MaxTimestampRequest.FromString,
                     response_serializer=rlmm_dot_v1_dot_service__pb2.MaxTimestampResponse.SerializeToString,
+            ),
+            'FirstSegmentWithMaxTimestampAtLeast': grpc.unary_unary_rpc_method_handler(
+                    servicer.FirstSegmentWithMaxTimestampAtLeast,
+                    request_deserializer=rlmm_dot_v1_dot_service__pb2.FirstSegmentWithMaxTimestampAtLeastRequest.FromString,
+                    response_serializer=rlmm_dot_v1_dot_service__pb2.FirstSegmentWithMaxTimestampAtLeastResponse.SerializeToString,
             ),
             'IsReady': grpc.unary_unary_rpc_method_handler(
                     servicer.IsReady,
@@ -532,6 +555,33 @@ class RemoteLogMetadataService:
             '/rlmm.v1.RemoteLogMetadataService/MaxTimestamp',
             rlmm_dot_v1_dot_service__pb2.MaxTimestampRequest.SerializeToString,
             rlmm_dot_v1_dot_service__pb2.MaxTimestampResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FirstSegmentWithMaxTimestampAtLeast(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rlmm.v1.RemoteLogMetadataService/FirstSegmentWithMaxTimestampAtLeast',
+            rlmm_dot_v1_dot_service__pb2.FirstSegmentWithMaxTimestampAtLeastRequest.SerializeToString,
+            rlmm_dot_v1_dot_service__pb2.FirstSegmentWithMaxTimestampAtLeastResponse.FromString,
             options,
             channel_credentials,
             insecure,
