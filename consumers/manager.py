@@ -87,8 +87,9 @@ class RemoteLogMetadataManager:
 
     # ---- partition lifecycle ----------------------------------------------------------------------
 
-    def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],
-                                        followers: Iterable[TopicIdPartition]) -> None:
+    def on_partition_leadership_changes(
+        self, leaders: Iterable[TopicIdPartition], followers: Iterable[TopicIdPartition]
+    ) -> None:
         self.consumer.register([*leaders, *followers])
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
@@ -100,16 +101,19 @@ class RemoteLogMetadataManager:
         if not isinstance(segment, SegmentMetadata):
             raise TypeError(f"expected SegmentMetadata, got {type(segment).__name__}")
         if segment.state is not SegmentState.COPY_SEGMENT_STARTED:
-            raise InvalidMetadataError(f"Given remoteLogSegmentMetadata should have state as COPY_SEGMENT_STARTED "
-                                       f"but it contains state as: {segment.state.name}")
+            raise InvalidMetadataError(
+                f"Given remoteLogSegmentMetadata should have state as COPY_SEGMENT_STARTED "
+                f"but it contains state as: {segment.state.name}"
+            )
         self._store(segment)
 
     def update_remote_log_segment_metadata(self, update: SegmentUpdate) -> None:
         if not isinstance(update, SegmentUpdate):
             raise TypeError(f"expected SegmentUpdate, got {type(update).__name__}")
         if update.state is SegmentState.COPY_SEGMENT_STARTED:
-            raise InvalidMetadataError("Given remoteLogSegmentMetadataUpdate should not have the state as: "
-                                       "COPY_SEGMENT_STARTED")
+            raise InvalidMetadataError(
+                "Given remoteLogSegmentMetadataUpdate should not have the state as: COPY_SEGMENT_STARTED"
+            )
         self._store(update)
 
     def put_remote_partition_delete_metadata(self, delete: PartitionDelete) -> None:
@@ -119,8 +123,10 @@ class RemoteLogMetadataManager:
 
     def _store(self, record: RemoteLogMetadata) -> None:
         if not self.consumer.initialized:
-            raise NotInitializedError(f"the metadata topic {self.config.topic!r} is not ready: "
-                                      f"{self.consumer.failure or 'the broker has not been reached yet'}")
+            raise NotInitializedError(
+                f"the metadata topic {self.config.topic!r} is not ready: "
+                f"{self.consumer.failure or 'the broker has not been reached yet'}"
+            )
         value = encode_value(record)  # refuses values that do not fit Kafka's wire types
         mp = self.consumer.metadata_partition_of(record.tp)
         deadline = time.monotonic() + self.config.consume_wait_ms / 1000
@@ -132,30 +138,39 @@ class RemoteLogMetadataManager:
             raise WriteTimeoutError(
                 f"the broker did not acknowledge the record for {self.config.topic}-{mp} within "
                 f"remote.log.metadata.consume.wait.ms ({self.config.consume_wait_ms} ms); it may still be "
-                f"written and applied later") from None
+                f"written and applied later"
+            ) from None
         except KafkaException as exc:
             error = exc.args[0]
             if error.code() == KafkaError._MSG_TIMED_OUT or error.retriable():
-                raise WriteTimeoutError(f"the record for {self.config.topic}-{mp} was not acknowledged ({error}); "
-                                        f"it may still have been written and be applied later") from exc
+                raise WriteTimeoutError(
+                    f"the record for {self.config.topic}-{mp} was not acknowledged ({error}); "
+                    f"it may still have been written and be applied later"
+                ) from exc
             raise WriteFailedError(f"the broker refused the record for {self.config.topic}-{mp}: {error}") from exc
         if offset < expected:  # the view holds another history at this offset: never report it applied
-            raise TopicChangedError("offsets_backwards", self.config.topic,
-                                    f"the record for metadata partition {mp} was written at offset {offset}, below "
-                                    f"the next offset {expected} the view expects")
+            raise TopicChangedError(
+                "offsets_backwards",
+                self.config.topic,
+                f"the record for metadata partition {mp} was written at offset {offset}, below "
+                f"the next offset {expected} the view expects",
+            )
         if not self._applied_within(mp, offset, deadline - time.monotonic()):
             raise WriteTimeoutError(
                 f"record {self.config.topic}-{mp}@{offset} was written but not applied within "
                 f"remote.log.metadata.consume.wait.ms ({self.config.consume_wait_ms} ms); it may still be applied "
-                f"later; {self._lag_summary(mp)}")
+                f"later; {self._lag_summary(mp)}"
+            )
 
     def wait_applied(self, metadata_partition: int, offset: int, timeout: float) -> None:
         """Return once the view has applied ``offset`` of ``metadata_partition``, else raise
         ``WriteTimeoutError`` after ``timeout`` s."""
         if not self._applied_within(metadata_partition, offset, timeout):
-            raise WriteTimeoutError(f"record {self.config.topic}-{metadata_partition}@{offset} not applied within "
-                                    f"{timeout} s; it may still be applied later; "
-                                    f"{self._lag_summary(metadata_partition)}")
+            raise WriteTimeoutError(
+                f"record {self.config.topic}-{metadata_partition}@{offset} not applied within "
+                f"{timeout} s; it may still be applied later; "
+                f"{self._lag_summary(metadata_partition)}"
+            )
 
     def _applied_within(self, metadata_partition: int, offset: int, timeout: float) -> bool:
         future: Future[None] = self.watcher.wait_for(metadata_partition, offset)
@@ -180,5 +195,8 @@ class RemoteLogMetadataManager:
         return self._producer
 
     def status(self) -> dict:
-        return {**self.consumer.status(), "counters": self.view.counters(),
-                "producer_failure": None if self._producer is None else self._producer.failure}
+        return {
+            **self.consumer.status(),
+            "counters": self.view.counters(),
+            "producer_failure": None if self._producer is None else self._producer.failure,
+        }

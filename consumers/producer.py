@@ -21,9 +21,15 @@ from consumers.config import RlmmConfig
 log = logging.getLogger(__name__)
 
 # errors of a record that mean the client's producer id is no longer good: every later record would fail so
-_PRODUCER_ID_REFUSED = frozenset({KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
-                                  KafkaError.UNKNOWN_PRODUCER_ID, KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                                  KafkaError.INVALID_PRODUCER_ID_MAPPING})
+_PRODUCER_ID_REFUSED = frozenset(
+    {
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.UNKNOWN_PRODUCER_ID,
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        KafkaError.INVALID_PRODUCER_ID_MAPPING,
+    }
+)
 _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 
 
@@ -62,8 +68,11 @@ class MetadataProducer:
     def _heal(self) -> None:
         """Replace a client that met a fatal error; records it still holds fail (purged)."""
         error, old = self._fatal, self._producer
-        log.error("the metadata producer cannot send any more (%s): replacing it; writes meanwhile fail with a "
-                  "retriable error", error)
+        log.error(
+            "the metadata producer cannot send any more (%s): replacing it; writes meanwhile fail with a "
+            "retriable error",
+            error,
+        )
         try:
             self._producer = self._new_client()
         except KafkaException as exc:
@@ -104,8 +113,10 @@ class MetadataProducer:
         return future
 
     def _recovering(self, error: KafkaError | None) -> str:
-        return self.failure or (f"the metadata producer cannot send any more ({error}) and is being replaced; the "
-                                f"record was not acknowledged: retry")
+        return self.failure or (
+            f"the metadata producer cannot send any more ({error}) and is being replaced; the "
+            f"record was not acknowledged: retry"
+        )
 
     def close(self, timeout: float = 10.0) -> None:
         self._producer.flush(timeout)

@@ -40,8 +40,15 @@ def read_partitions(lines: Iterable[str]) -> list[TopicIdPartition]:
     return out
 
 
-def run(view_dir: Path, config: RlmmConfig, partitions: list[TopicIdPartition], status_every: float,
-        exit_when_ready: bool, emit: Callable[[dict], None], reset: bool = False) -> BaseException | None:
+def run(
+    view_dir: Path,
+    config: RlmmConfig,
+    partitions: list[TopicIdPartition],
+    status_every: float,
+    exit_when_ready: bool,
+    emit: Callable[[dict], None],
+    reset: bool = False,
+) -> BaseException | None:
     """Consume until SIGTERM/SIGINT (or, with ``exit_when_ready``, until every registered partition is
     ready); emit a JSON-able status every ``status_every`` s. ``reset``: set the view aside first and
     consume into a fresh one (``reset_view``). Returns why the consumer failed, if it did."""
@@ -52,8 +59,13 @@ def run(view_dir: Path, config: RlmmConfig, partitions: list[TopicIdPartition], 
         partitions = partitions + reset_view(view_dir)
     with View(view_dir) as view, RemoteLogMetadataManager(view, config, partitions) as rlmm:
         consumer = rlmm.consumer
-        emit({"event": "started", "start_positions": {str(mp): p for mp, p in consumer.initial_positions.items()},
-              "registered": len(consumer.registered())})
+        emit(
+            {
+                "event": "started",
+                "start_positions": {str(mp): p for mp, p in consumer.initial_positions.items()},
+                "registered": len(consumer.registered()),
+            }
+        )
         while not stop.is_set() and consumer.failure is None:
             if exit_when_ready and consumer.wait_ready(None, timeout=status_every):
                 break
@@ -68,4 +80,5 @@ def emit_json(out: TextIO) -> Callable[[dict], None]:
     def emit(line: dict) -> None:
         out.write(json.dumps(line) + "\n")
         out.flush()
+
     return emit

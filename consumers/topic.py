@@ -27,10 +27,12 @@ class TopicChangedError(RuntimeError):
     KINDS = ("offsets_backwards", "topic_id_changed", "partition_count_changed", "topic_deleted")
 
     def __init__(self, kind: str, topic: str, seen: str) -> None:
-        super().__init__(f"{seen}: {topic!r} is not the topic this view was built from (the broker lost it, or it "
-                         f"was deleted and created again); the consumer stopped applying so as not to mix two "
-                         f"histories. Rebuild the view: restore a snapshot (rlmm snapshot restore), or consume the "
-                         f"topic again from the start into a fresh view (rlmm serve --reset, rlmm consume --reset)")
+        super().__init__(
+            f"{seen}: {topic!r} is not the topic this view was built from (the broker lost it, or it "
+            f"was deleted and created again); the consumer stopped applying so as not to mix two "
+            f"histories. Rebuild the view: restore a snapshot (rlmm snapshot restore), or consume the "
+            f"topic again from the start into a fresh view (rlmm serve --reset, rlmm consume --reset)"
+        )
         self.kind = kind
 
 
@@ -99,4 +101,5 @@ def ensure_topic(admin: AdminClient, config: RlmmConfig, timeout: float = 10.0) 
         raise TopicMismatchError(
             f"the metadata topic {config.topic!r} has {count} partitions but remote.log.metadata.topic.num.partitions "
             f"is {config.num_partitions}: records would go to other partitions than the ones other brokers read and "
-            f"write. Set remote.log.metadata.topic.num.partitions={count} (Kafka refuses to start here too).")
+            f"write. Set remote.log.metadata.topic.num.partitions={count} (Kafka refuses to start here too)."
+        )

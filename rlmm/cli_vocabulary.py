@@ -50,17 +50,25 @@ class GroupOptionsAnywhere(click.Group):
     subcommand has an option of the same name."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        takes_value = {name: not (p.is_flag or p.count) for p in self.params if isinstance(p, click.Option)
-                       for name in p.opts + p.secondary_opts}
+        takes_value = {
+            name: not (p.is_flag or p.count)
+            for p in self.params
+            if isinstance(p, click.Option)
+            for name in p.opts + p.secondary_opts
+        }
         i = 0
         while i < len(args) and args[i].startswith("-") and args[i] != "--":  # the group's options, first
             i += 2 if takes_value.get(args[i], False) else 1
         if i >= len(args) or args[i] == "--":
             return super().parse_args(ctx, args)
         command = self.get_command(ctx, args[i])
-        own = {name for p in (command.params if command else []) if isinstance(p, click.Option)
-               for name in p.opts + p.secondary_opts}
-        front, rest = list(args[:i + 1]), []
+        own = {
+            name
+            for p in (command.params if command else [])
+            if isinstance(p, click.Option)
+            for name in p.opts + p.secondary_opts
+        }
+        front, rest = list(args[: i + 1]), []
         j = i + 1
         while j < len(args):
             name = args[j].partition("=")[0]
@@ -69,7 +77,7 @@ class GroupOptionsAnywhere(click.Group):
                 break
             if name in takes_value and name not in own:
                 width = 2 if takes_value[name] and "=" not in args[j] else 1
-                front[i:i] = args[j:j + width]
+                front[i:i] = args[j : j + width]
                 i += width
                 j += width
                 continue

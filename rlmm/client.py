@@ -40,8 +40,14 @@ Lookup = tuple[TopicIdPartition, int, int]
 class RlmmError(Exception):
     """A call that failed: the status code, the server's message, and the details it gave."""
 
-    def __init__(self, code: grpc.StatusCode, message: str, reason: str | None = None,
-                 kafka_exception: str | None = None, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        reason: str | None = None,
+        kafka_exception: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
@@ -122,11 +128,21 @@ class _ServerHint(wait_base):
 
 
 class RlmmClient:
-    def __init__(self, target: str, *, tls: bool = False, root_certificates: bytes | None = None,
-                 certificate_chain: bytes | None = None, private_key: bytes | None = None,
-                 token: str | None = None, timeout: float = 10.0, write_timeout: float = 130.0,
-                 retry_for: float = 30.0, backoff: tuple[float, float] = (0.05, 2.0),
-                 options: Sequence[tuple[str, object]] = ()) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        private_key: bytes | None = None,
+        token: str | None = None,
+        timeout: float = 10.0,
+        write_timeout: float = 130.0,
+        retry_for: float = 30.0,
+        backoff: tuple[float, float] = (0.05, 2.0),
+        options: Sequence[tuple[str, object]] = (),
+    ) -> None:
         """``tls`` (implied by certificates): verify the server with ``root_certificates`` (default: the
         system's); ``certificate_chain`` + ``private_key``: a client certificate for mutual TLS;
         ``token``: a bearer token for writes. ``timeout``/``write_timeout``: each attempt's deadline in
@@ -146,9 +162,11 @@ class RlmmClient:
         self._wait = _ServerHint(*backoff)
 
     @classmethod
-    def from_files(cls, target: str, *, ca: Path | None = None, cert: Path | None = None, key: Path | None = None,
-                   **kwargs) -> RlmmClient:
+    def from_files(
+        cls, target: str, *, ca: Path | None = None, cert: Path | None = None, key: Path | None = None, **kwargs
+    ) -> RlmmClient:
         """Certificates and key read from PEM files."""
+
         def read(path: Path | None) -> bytes | None:
             return None if path is None else Path(path).read_bytes()
 
@@ -170,8 +188,12 @@ class RlmmClient:
             except grpc.RpcError as exc:
                 raise error_of(exc) from None
 
-        retrying = Retrying(retry=retry_if_exception(lambda exc: isinstance(exc, UnavailableError) and exc.retryable),
-                            wait=self._wait, stop=stop_after_delay(self.retry_for), reraise=True)
+        retrying = Retrying(
+            retry=retry_if_exception(lambda exc: isinstance(exc, UnavailableError) and exc.retryable),
+            wait=self._wait,
+            stop=stop_after_delay(self.retry_for),
+            reraise=True,
+        )
         return retrying(attempt)
 
     # ---- reads -----------------------------------------------------------------------------------------
@@ -180,8 +202,9 @@ class RlmmClient:
         response = self._call(self._stub.RemoteLogSegmentMetadata, _lookup(tp, epoch, offset))
         return _segment(response)
 
-    def remote_log_segment_metadata_batch(self, lookups: Iterable[Lookup], *, kafka_values: bool = True
-                                          ) -> list[SegmentMetadata | None | RlmmError]:
+    def remote_log_segment_metadata_batch(
+        self, lookups: Iterable[Lookup], *, kafka_values: bool = True
+    ) -> list[SegmentMetadata | None | RlmmError]:
         """One answer per (partition, epoch, offset): the segment, None, or the error of that lookup alone
         (``NotFoundError``, ``ReplicaNotAvailableError``). ``kafka_values``: ask in columns and receive
         segments as Kafka's bytes, decoded here (``ColumnarRemoteLogSegmentMetadata``, the cheapest call
@@ -201,12 +224,16 @@ class RlmmClient:
             columnar.offsets.append(offset)
         response = self._call(self._stub.ColumnarRemoteLogSegmentMetadata, columnar)
         failed = {e.partition_index: _lookup_error(e.error) for e in response.partition_errors}
-        return [failed[index] if index in failed else decode_value(value) if value else None
-                for index, value in zip(columnar.partition_indexes, response.kafka_values)]
+        return [
+            failed[index] if index in failed else decode_value(value) if value else None
+            for index, value in zip(columnar.partition_indexes, response.kafka_values)
+        ]
 
     def highest_offset_for_epoch(self, tp: TopicIdPartition, epoch: int) -> int | None:
-        response = self._call(self._stub.HighestOffsetForEpoch,
-                              api.HighestOffsetForEpochRequest(topic_id_partition=_tp(tp), leader_epoch=epoch))
+        response = self._call(
+            self._stub.HighestOffsetForEpoch,
+            api.HighestOffsetForEpochRequest(topic_id_partition=_tp(tp), leader_epoch=epoch),
+        )
         return response.offset if response.HasField("offset") else None
 
     def list_remote_log_segments(self, tp: TopicIdPartition) -> list[SegmentMetadata]:
@@ -219,6 +246,7 @@ class RlmmClient:
         def read_all(request, timeout, metadata) -> list[SegmentMetadata]:
             chunks = self._stub.ListRemoteLogSegments(request, timeout=timeout, metadata=metadata)
             return [convert.segment_metadata_from_pb(s) for chunk in chunks for s in chunk.remote_log_segment_metadata]
+
         return self._call(read_all, request)
 
     def remote_log_size(self, tp: TopicIdPartition, epoch: int | None = None) -> int:
@@ -232,10 +260,12 @@ class RlmmClient:
     def max_timestamp(self, tp: TopicIdPartition) -> SegmentMetadata | None:
         return _segment(self._call(self._stub.MaxTimestamp, api.MaxTimestampRequest(topic_id_partition=_tp(tp))))
 
-    def first_segment_with_max_timestamp_at_least(self, tp: TopicIdPartition, epoch: int, timestamp: int,
-                                                  starting_offset: int) -> SegmentMetadata | None:
+    def first_segment_with_max_timestamp_at_least(
+        self, tp: TopicIdPartition, epoch: int, timestamp: int, starting_offset: int
+    ) -> SegmentMetadata | None:
         request = api.FirstSegmentWithMaxTimestampAtLeastRequest(
-            topic_id_partition=_tp(tp), leader_epoch=epoch, timestamp_ms=timestamp, starting_offset=starting_offset)
+            topic_id_partition=_tp(tp), leader_epoch=epoch, timestamp_ms=timestamp, starting_offset=starting_offset
+        )
         return _segment(self._call(self._stub.FirstSegmentWithMaxTimestampAtLeast, request))
 
     def is_ready(self, tp: TopicIdPartition) -> bool:
@@ -257,23 +287,28 @@ class RlmmClient:
 
     def add_remote_log_segment_metadata(self, segment: SegmentMetadata) -> None:
         request = api.AddRemoteLogSegmentMetadataRequest(
-            remote_log_segment_metadata=convert.segment_metadata_pb(segment))
+            remote_log_segment_metadata=convert.segment_metadata_pb(segment)
+        )
         self._call(self._stub.AddRemoteLogSegmentMetadata, request, timeout=self.write_timeout)
 
     def update_remote_log_segment_metadata(self, update: SegmentUpdate) -> None:
         request = api.UpdateRemoteLogSegmentMetadataRequest(
-            remote_log_segment_metadata_update=convert.segment_update_pb(update))
+            remote_log_segment_metadata_update=convert.segment_update_pb(update)
+        )
         self._call(self._stub.UpdateRemoteLogSegmentMetadata, request, timeout=self.write_timeout)
 
     def put_remote_partition_delete_metadata(self, delete: PartitionDelete) -> None:
         request = api.PutRemotePartitionDeleteMetadataRequest(
-            remote_partition_delete_metadata=convert.partition_delete_pb(delete))
+            remote_partition_delete_metadata=convert.partition_delete_pb(delete)
+        )
         self._call(self._stub.PutRemotePartitionDeleteMetadata, request, timeout=self.write_timeout)
 
-    def on_partition_leadership_changes(self, leaders: Iterable[TopicIdPartition],
-                                        followers: Iterable[TopicIdPartition]) -> None:
-        request = api.OnPartitionLeadershipChangesRequest(leader_partitions=[_tp(tp) for tp in leaders],
-                                                          follower_partitions=[_tp(tp) for tp in followers])
+    def on_partition_leadership_changes(
+        self, leaders: Iterable[TopicIdPartition], followers: Iterable[TopicIdPartition]
+    ) -> None:
+        request = api.OnPartitionLeadershipChangesRequest(
+            leader_partitions=[_tp(tp) for tp in leaders], follower_partitions=[_tp(tp) for tp in followers]
+        )
         self._call(self._stub.OnPartitionLeadershipChanges, request)
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
@@ -288,8 +323,12 @@ class RlmmClient:
         out = {field.name: getattr(response, field.name) for field in response.DESCRIPTOR.fields}
         out["counters"] = dict(response.counters)
         out["metadata_partitions"] = [
-            {f.name: getattr(mp, f.name) if not f.has_presence or mp.HasField(f.name) else None
-             for f in mp.DESCRIPTOR.fields} for mp in response.metadata_partitions]
+            {
+                f.name: getattr(mp, f.name) if not f.has_presence or mp.HasField(f.name) else None
+                for f in mp.DESCRIPTOR.fields
+            }
+            for mp in response.metadata_partitions
+        ]
         return out
 
     def health(self, service: str = "") -> str:

@@ -80,8 +80,11 @@ def choose_build() -> None:
         return
     stale = stale_modules()
     if stale:
-        warnings.warn(f"rlmm: {', '.join(stale)} changed since the core was compiled; running the interpreted core "
-                      f"(reinstall rlmm, e.g. pip install -e ., to compile it again)", stacklevel=2)
+        warnings.warn(
+            f"rlmm: {', '.join(stale)} changed since the core was compiled; running the interpreted core "
+            f"(reinstall rlmm, e.g. pip install -e ., to compile it again)",
+            stacklevel=2,
+        )
     if stale or os.environ.get(INTERPRETED_ENV) == "1":
         sys.meta_path.insert(0, _FromSource())
 

@@ -38,8 +38,11 @@ def uuid(text: str, field: str) -> bytes:
     try:
         return uuid_from_str(text)
     except ValueError:
-        raise ArgumentError(field, f"not a Kafka uuid (22 URL-safe base64 characters without padding, "
-                                   f"as Uuid.toString() writes it): {text[:64]!r}") from None
+        raise ArgumentError(
+            field,
+            f"not a Kafka uuid (22 URL-safe base64 characters without padding, "
+            f"as Uuid.toString() writes it): {text[:64]!r}",
+        ) from None
 
 
 def not_negative(value: int, field: str) -> int:
@@ -58,10 +61,12 @@ def required(message, name: str, field: str):
 def topic_id_partition(msg: pb.TopicIdPartition, field: str) -> TopicIdPartition:
     topic = msg.topic  # Kafka takes any name, the empty one too
     if len(topic) > MAX_STRING_LENGTH // 4 and len(topic.encode()) > MAX_STRING_LENGTH:
-        raise ArgumentError(f"{field}.topic", f"is {len(topic.encode())} bytes in UTF-8, more than Kafka's "
-                                              f"{MAX_STRING_LENGTH}")
-    return TopicIdPartition(uuid(msg.topic_id, f"{field}.topic_id"), topic,
-                            not_negative(msg.partition, f"{field}.partition"))
+        raise ArgumentError(
+            f"{field}.topic", f"is {len(topic.encode())} bytes in UTF-8, more than Kafka's {MAX_STRING_LENGTH}"
+        )
+    return TopicIdPartition(
+        uuid(msg.topic_id, f"{field}.topic_id"), topic, not_negative(msg.partition, f"{field}.partition")
+    )
 
 
 def partition_of(request, field: str = "") -> TopicIdPartition:
@@ -106,20 +111,41 @@ def segment_metadata(msg: pb.RemoteLogSegmentMetadata, field: str) -> SegmentMet
     for (a, _), (b, _) in zip(epochs, epochs[1:]):
         if a == b:
             raise ArgumentError(f"{field}.segment_leader_epochs", f"leader epoch {a} is given twice")
-    return SegmentMetadata(tp, segment_id, start, msg.end_offset, msg.broker_id, msg.max_timestamp_ms,
-                           msg.event_timestamp_ms, tuple(epochs), msg.segment_size_in_bytes, _custom(msg, field),
-                           _enum(msg.state, SegmentState, f"{field}.state"), msg.txn_index_empty)
+    return SegmentMetadata(
+        tp,
+        segment_id,
+        start,
+        msg.end_offset,
+        msg.broker_id,
+        msg.max_timestamp_ms,
+        msg.event_timestamp_ms,
+        tuple(epochs),
+        msg.segment_size_in_bytes,
+        _custom(msg, field),
+        _enum(msg.state, SegmentState, f"{field}.state"),
+        msg.txn_index_empty,
+    )
 
 
 def segment_update(msg: pb.RemoteLogSegmentMetadataUpdate, field: str) -> SegmentUpdate:
     tp, segment_id = _segment_id(msg, field)
-    return SegmentUpdate(tp, segment_id, msg.broker_id, msg.event_timestamp_ms, _custom(msg, field),
-                         _enum(msg.state, SegmentState, f"{field}.state"))
+    return SegmentUpdate(
+        tp,
+        segment_id,
+        msg.broker_id,
+        msg.event_timestamp_ms,
+        _custom(msg, field),
+        _enum(msg.state, SegmentState, f"{field}.state"),
+    )
 
 
 def partition_delete(msg: pb.RemotePartitionDeleteMetadata, field: str) -> PartitionDelete:
-    return PartitionDelete(partition_of(msg, field), msg.broker_id, msg.event_timestamp_ms,
-                           _enum(msg.state, PartitionDeleteState, f"{field}.state"))
+    return PartitionDelete(
+        partition_of(msg, field),
+        msg.broker_id,
+        msg.event_timestamp_ms,
+        _enum(msg.state, PartitionDeleteState, f"{field}.state"),
+    )
 
 
 # ---- from rlmm -----------------------------------------------------------------------------------
@@ -164,15 +190,23 @@ def segment_metadata_pb(s: SegmentMetadata) -> pb.RemoteLogSegmentMetadata:
 
 def segment_update_pb(u: SegmentUpdate) -> pb.RemoteLogSegmentMetadataUpdate:
     return pb.RemoteLogSegmentMetadataUpdate(
-        remote_log_segment_id=pb.RemoteLogSegmentId(topic_id_partition=topic_id_partition_pb(u.tp),
-                                                    id=uuid_to_str(u.segment_id)),
-        event_timestamp_ms=u.event_timestamp_ms, custom_metadata=u.custom_metadata, state=u.state + 1,
-        broker_id=u.broker_id)
+        remote_log_segment_id=pb.RemoteLogSegmentId(
+            topic_id_partition=topic_id_partition_pb(u.tp), id=uuid_to_str(u.segment_id)
+        ),
+        event_timestamp_ms=u.event_timestamp_ms,
+        custom_metadata=u.custom_metadata,
+        state=u.state + 1,
+        broker_id=u.broker_id,
+    )
 
 
 def partition_delete_pb(d: PartitionDelete) -> pb.RemotePartitionDeleteMetadata:
-    return pb.RemotePartitionDeleteMetadata(topic_id_partition=topic_id_partition_pb(d.tp), state=d.state + 1,
-                                            event_timestamp_ms=d.event_timestamp_ms, broker_id=d.broker_id)
+    return pb.RemotePartitionDeleteMetadata(
+        topic_id_partition=topic_id_partition_pb(d.tp),
+        state=d.state + 1,
+        event_timestamp_ms=d.event_timestamp_ms,
+        broker_id=d.broker_id,
+    )
 
 
 def segment_metadata_from_pb(msg: pb.RemoteLogSegmentMetadata) -> SegmentMetadata:

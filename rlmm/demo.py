@@ -41,14 +41,34 @@ class _Service:
     def __init__(self, workdir: Path, bootstrap: str, metadata_partitions: int) -> None:
         self.log_path = workdir / "serve.log"
         self.view = workdir / "view"
-        command = [sys.executable, "-m", "rlmm.cli", "serve", "--view", str(self.view), "--listen", "127.0.0.1:0",
-                   "-b", bootstrap, "--log-format", "text", "--log-level", "warning", "--grace-s", "2",
-                   "--set", f"remote.log.metadata.topic.num.partitions={metadata_partitions}",
-                   "--set", "remote.log.metadata.topic.replication.factor=1",
-                   "--set", "remote.log.metadata.topic.min.insync.replicas=1"]
+        command = [
+            sys.executable,
+            "-m",
+            "rlmm.cli",
+            "serve",
+            "--view",
+            str(self.view),
+            "--listen",
+            "127.0.0.1:0",
+            "-b",
+            bootstrap,
+            "--log-format",
+            "text",
+            "--log-level",
+            "warning",
+            "--grace-s",
+            "2",
+            "--set",
+            f"remote.log.metadata.topic.num.partitions={metadata_partitions}",
+            "--set",
+            "remote.log.metadata.topic.replication.factor=1",
+            "--set",
+            "remote.log.metadata.topic.min.insync.replicas=1",
+        ]
         self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log,
-                                        start_new_session=True)  # Ctrl-C reaches us; we stop it ourselves
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log, start_new_session=True
+        )  # Ctrl-C reaches us; we stop it ourselves
         self.port: int | None = None
 
     @property
@@ -86,8 +106,9 @@ def _timed(call):
     return result, (time.perf_counter() - start) * 1000.0
 
 
-def run_demo(events: int, partitions: int, metadata_partitions: int, seed: int, timeout: float, keep: bool,
-             as_json: bool) -> dict:
+def run_demo(
+    events: int, partitions: int, metadata_partitions: int, seed: int, timeout: float, keep: bool, as_json: bool
+) -> dict:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -101,8 +122,14 @@ def run_demo(events: int, partitions: int, metadata_partitions: int, seed: int, 
     broker: LocalBroker | None = None
     service: _Service | None = None
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=False) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
             step = progress.add_task("starting broker and service", total=3)
             broker = LocalBroker(log_path=workdir / "tansu.log").start()
             progress.advance(step)
@@ -110,16 +137,23 @@ def run_demo(events: int, partitions: int, metadata_partitions: int, seed: int, 
             target = f"127.0.0.1:{service.wait_serving()}"
             progress.advance(step)
             client = RlmmClient(target, timeout=10.0, retry_for=30.0)
-            workload = Workload(WorkloadConfig(partitions=partitions, metadata_partitions=metadata_partitions,
-                                               seed=seed, redelivery_share=0.0))
+            workload = Workload(
+                WorkloadConfig(
+                    partitions=partitions, metadata_partitions=metadata_partitions, seed=seed, redelivery_share=0.0
+                )
+            )
             tps = workload.user_partitions()
             client.on_partition_leadership_changes(tps, [])
             progress.advance(step)
 
-            config = RlmmConfig.from_properties(broker.bootstrap_servers, {
-                "remote.log.metadata.topic.num.partitions": str(metadata_partitions),
-                "remote.log.metadata.topic.replication.factor": "1",
-                "remote.log.metadata.topic.min.insync.replicas": "1"})
+            config = RlmmConfig.from_properties(
+                broker.bootstrap_servers,
+                {
+                    "remote.log.metadata.topic.num.partitions": str(metadata_partitions),
+                    "remote.log.metadata.topic.replication.factor": "1",
+                    "remote.log.metadata.topic.min.insync.replicas": "1",
+                },
+            )
             _wait_topic(client, config, metadata_partitions, timeout)
             started = time.perf_counter()
             produced = _produce(progress, config, workload, events, tps, timeout)
@@ -222,11 +256,12 @@ def _query_round(progress, client, live: list) -> tuple:
     tp = max(live, key=lambda t: sizes[t])
     segments = client.list_remote_log_segments(tp)
     some = segments[len(segments) // 2] if segments else None
-    epoch, offset = ((some.segment_leader_epochs[0][0], some.start_offset) if some else (0, 0))
+    epoch, offset = (some.segment_leader_epochs[0][0], some.start_offset) if some else (0, 0)
     calls = {
         "remote_log_segment_metadata": lambda: client.remote_log_segment_metadata(tp, epoch, offset),
-        "batch_remote_log_segment_metadata":
-            lambda: client.remote_log_segment_metadata_batch([(tp, epoch, offset)] * 10),
+        "batch_remote_log_segment_metadata": lambda: client.remote_log_segment_metadata_batch(
+            [(tp, epoch, offset)] * 10
+        ),
         "highest_offset_for_epoch": lambda: client.highest_offset_for_epoch(tp, epoch),
         "list_remote_log_segments": lambda: client.list_remote_log_segments(tp),
         "list_epoch_segments": lambda: client.list_epoch_segments(tp, epoch),
@@ -264,8 +299,9 @@ def _wait_topic(client, config, metadata_partitions: int, timeout: float) -> Non
             if topic is not None and topic.error is None and len(topic.partitions) == metadata_partitions:
                 return
         if time.monotonic() > deadline:
-            raise DemoError(f"the service did not create {config.topic} with {metadata_partitions} partitions "
-                            f"within {timeout} s")
+            raise DemoError(
+                f"the service did not create {config.topic} with {metadata_partitions} partitions within {timeout} s"
+            )
         time.sleep(0.05)
 
 
@@ -314,15 +350,20 @@ def _short(answer: object) -> str:
 def _print_summary(console, s: dict) -> None:
     from rich.table import Table
 
-    console.print(f"[bold]rlmm demo[/bold]: {s['events_applied']} of {s['events_sent']} records applied in "
-                  f"{s['ingest_seconds']} s = [bold]{s['events_per_second']:,} events/s[/bold]; "
-                  f"{s['partitions_ready']}/{s['partitions'] - s['partitions_deleted']} partitions ready "
-                  f"({s['partitions_deleted']} deleted by the workload) "
-                  f"(ready wait {s['ready_wait_ms']:.1f} ms); quarantined: {s['quarantined']}; health {s['health']}")
+    console.print(
+        f"[bold]rlmm demo[/bold]: {s['events_applied']} of {s['events_sent']} records applied in "
+        f"{s['ingest_seconds']} s = [bold]{s['events_per_second']:,} events/s[/bold]; "
+        f"{s['partitions_ready']}/{s['partitions'] - s['partitions_deleted']} partitions ready "
+        f"({s['partitions_deleted']} deleted by the workload) "
+        f"(ready wait {s['ready_wait_ms']:.1f} ms); quarantined: {s['quarantined']}; health {s['health']}"
+    )
     table = Table("query", "latency ms", "answer")
     for name, q in s["queries"].items():
-        table.add_row(name, "-" if q.get("ms") is None else f"{q['ms']:.3f}",
-                      _short(q["answer"]) if "answer" in q else str(q.get("error")))
+        table.add_row(
+            name,
+            "-" if q.get("ms") is None else f"{q['ms']:.3f}",
+            _short(q["answer"]) if "answer" in q else str(q.get("error")),
+        )
     console.print(table)
 
 
@@ -331,29 +372,48 @@ def _keep(s: dict, tp, epoch: int, offset: int, as_json: bool) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     target = s["service"]["address"]
-    lines = [f"broker {s['broker']['bootstrap_servers']} (pid {s['broker']['pid']}), "
-             f"service {target} (pid {s['service']['pid']}); Ctrl-C stops both",
-             f"rlmm query --target {target} status",
-             f"rlmm query --target {target} segment {_tp_text(tp)} {epoch} {offset}"]
+    lines = [
+        f"broker {s['broker']['bootstrap_servers']} (pid {s['broker']['pid']}), "
+        f"service {target} (pid {s['service']['pid']}); Ctrl-C stops both",
+        f"rlmm query --target {target} status",
+        f"rlmm query --target {target} segment {_tp_text(tp)} {epoch} {offset}",
+    ]
     for line in lines:
         click.echo(line, err=as_json)
     stop.wait()
 
 
 @click.command()
-@click.option("--events", type=click.IntRange(min=1), default=20_000, show_default=True,
-              help="Workload records to produce (one undecodable record is added).")
-@click.option("--partitions", type=click.IntRange(min=1), default=50, show_default=True,
-              help="User partitions the workload uploads segments for.")
-@click.option("--metadata-partitions", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Partitions of the metadata topic.")
+@click.option(
+    "--events",
+    type=click.IntRange(min=1),
+    default=20_000,
+    show_default=True,
+    help="Workload records to produce (one undecodable record is added).",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="User partitions the workload uploads segments for.",
+)
+@click.option(
+    "--metadata-partitions",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Partitions of the metadata topic.",
+)
 @click.option("--seed", type=int, default=1, show_default=True, help="Workload seed.")
-@click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="Seconds to wait for ingestion and readiness.")
+@click.option(
+    "--timeout", type=float, default=120.0, show_default=True, help="Seconds to wait for ingestion and readiness."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object (no progress bars).")
 @click.option("--keep", is_flag=True, help="Leave broker and service running until Ctrl-C; print how to query them.")
-def demo(events: int, partitions: int, metadata_partitions: int, seed: int, timeout: float, as_json: bool,
-         keep: bool) -> None:
+def demo(
+    events: int, partitions: int, metadata_partitions: int, seed: int, timeout: float, as_json: bool, keep: bool
+) -> None:
     """Start a local broker and `rlmm serve`, run a tiered-storage workload through them, query, summarize.
 
     Needs the dev extra (pip install 'rlmm[dev]') for the local broker. Everything is stopped and

@@ -13,8 +13,12 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"m
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        line = {"ts": round(record.created, 6), "level": record.levelname.lower(), "logger": record.name,
-                "message": record.getMessage()}
+        line = {
+            "ts": round(record.created, 6),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         line.update((k, v) for k, v in vars(record).items() if k not in _STANDARD)
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
@@ -23,8 +27,9 @@ class JsonFormatter(logging.Formatter):
 
 def setup_logging(level: str, fmt: str = "json") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else
-                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

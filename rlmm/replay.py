@@ -84,8 +84,11 @@ def _run(scenario: Scenario, view: View, max_batch: int | None) -> Iterator[dict
     for j in queries_after.get(-1, []):
         answers[j] = answer(view.queries, scenario.queries[j])
 
-    stops = sorted({i for i in queries_after if i >= 0} | {len(scenario.events) - 1}
-                   | set(range(max_batch - 1, len(scenario.events), max_batch) if max_batch else ()))
+    stops = sorted(
+        {i for i in queries_after if i >= 0}
+        | {len(scenario.events) - 1}
+        | set(range(max_batch - 1, len(scenario.events), max_batch) if max_batch else ())
+    )
     start = 0
     for stop in stops:
         if stop < start:
@@ -95,8 +98,13 @@ def _run(scenario: Scenario, view: View, max_batch: int | None) -> Iterator[dict
                 event = scenario.events[i]
                 mp, offset = event["metadata_partition"], event["offset"]
                 result = batch.apply(mp, offset, bytes.fromhex(event["hex"])).to_json()
-                caught_up = [] if result["status"] == "error" else [  # (a record that threw is not read)
-                    entry for entry in pending if entry[1] == mp and offset >= end_offsets[mp]]
+                caught_up = (
+                    []
+                    if result["status"] == "error"
+                    else [  # (a record that threw is not read)
+                        entry for entry in pending if entry[1] == mp and offset >= end_offsets[mp]
+                    ]
+                )
                 if caught_up:
                     result["became_ready"] = [_became_ready(batch.mark_ready(tp), tp) for tp, _ in caught_up]
                     pending = [entry for entry in pending if entry not in caught_up]
@@ -127,8 +135,9 @@ def answer(queries: Queries, query: dict) -> Any:
             return queries.highest_offset_for_epoch(tp, epoch)
         if op == "listRemoteLogSegments":
             if epoch is None:
-                segments = sorted(queries.list_remote_log_segments(tp),
-                                  key=lambda s: (s.start_offset, uuid_to_str(s.segment_id)))
+                segments = sorted(
+                    queries.list_remote_log_segments(tp), key=lambda s: (s.start_offset, uuid_to_str(s.segment_id))
+                )
             else:
                 segments = queries.list_epoch_segments(tp, epoch)
             return [uuid_to_str(s.segment_id) for s in segments]

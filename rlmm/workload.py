@@ -132,11 +132,18 @@ class Workload:
             part.epoch += 1
             epochs = ((part.epoch - 1, start), (part.epoch, rng.randint(start + 1, end)))
         segment = SegmentMetadata(
-            tp=part.tp, segment_id=rng.randbytes(16), start_offset=start, end_offset=end,
-            broker_id=part.epoch % 5, max_timestamp_ms=self._clock - rng.randint(0, 5_000),
-            event_timestamp_ms=self._clock, segment_leader_epochs=epochs,
-            segment_size_in_bytes=rng.randint(1 << 20, 1 << 30), custom_metadata=None,
-            state=SegmentState.COPY_SEGMENT_STARTED, txn_index_empty=rng.random() >= self.config.txn_share,
+            tp=part.tp,
+            segment_id=rng.randbytes(16),
+            start_offset=start,
+            end_offset=end,
+            broker_id=part.epoch % 5,
+            max_timestamp_ms=self._clock - rng.randint(0, 5_000),
+            event_timestamp_ms=self._clock,
+            segment_leader_epochs=epochs,
+            segment_size_in_bytes=rng.randint(1 << 20, 1 << 30),
+            custom_metadata=None,
+            state=SegmentState.COPY_SEGMENT_STARTED,
+            txn_index_empty=rng.random() >= self.config.txn_share,
         )
         part.copying = segment
         part.next_offset = end + 1
@@ -146,8 +153,10 @@ class Workload:
         segment, part.copying = part.copying, None
         if self.rng.random() < 0.02:  # failed copy: the leader cleans it up
             part.next_offset = segment.start_offset
-            return [self._update(segment, SegmentState.DELETE_SEGMENT_STARTED),
-                    self._update(segment, SegmentState.DELETE_SEGMENT_FINISHED)]
+            return [
+                self._update(segment, SegmentState.DELETE_SEGMENT_STARTED),
+                self._update(segment, SegmentState.DELETE_SEGMENT_FINISHED),
+            ]
         part.live.append(segment)
         return [self._update(segment, SegmentState.COPY_SEGMENT_FINISHED)]
 
@@ -159,8 +168,14 @@ class Workload:
             part.next_offset = self.rng.randint(last.start_offset, last.end_offset)
 
     def _update(self, segment: SegmentMetadata, state: SegmentState) -> Event:
-        update = SegmentUpdate(tp=segment.tp, segment_id=segment.segment_id, broker_id=segment.broker_id,
-                               event_timestamp_ms=self._clock, custom_metadata=None, state=state)
+        update = SegmentUpdate(
+            tp=segment.tp,
+            segment_id=segment.segment_id,
+            broker_id=segment.broker_id,
+            event_timestamp_ms=self._clock,
+            custom_metadata=None,
+            state=state,
+        )
         return self._record(update)
 
     def _invalid(self, part: _Partition) -> Event:
@@ -169,17 +184,24 @@ class Workload:
             return self._emit(part.tp, self.rng.randbytes(self.rng.randint(0, 40)))
         if kind == 1 and part.live:  # illegal transition: finished -> copy started
             return self._update(part.live[-1], SegmentState.COPY_SEGMENT_STARTED)
-        unknown = SegmentUpdate(tp=part.tp, segment_id=self.rng.randbytes(16), broker_id=0,
-                                event_timestamp_ms=self._clock, custom_metadata=b"x",
-                                state=SegmentState.COPY_SEGMENT_FINISHED)
+        unknown = SegmentUpdate(
+            tp=part.tp,
+            segment_id=self.rng.randbytes(16),
+            broker_id=0,
+            event_timestamp_ms=self._clock,
+            custom_metadata=b"x",
+            state=SegmentState.COPY_SEGMENT_FINISHED,
+        )
         return self._record(unknown)
 
     def _delete_partition(self, part: _Partition) -> list[Event]:
         if part.deleted:
             return []
         part.deleted = True
-        events = [self._record(PartitionDelete(part.tp, 0, self._clock, PartitionDeleteState.DELETE_PARTITION_MARKED)),
-                  self._record(PartitionDelete(part.tp, 0, self._clock, PartitionDeleteState.DELETE_PARTITION_STARTED))]
+        events = [
+            self._record(PartitionDelete(part.tp, 0, self._clock, PartitionDeleteState.DELETE_PARTITION_MARKED)),
+            self._record(PartitionDelete(part.tp, 0, self._clock, PartitionDeleteState.DELETE_PARTITION_STARTED)),
+        ]
         for segment in part.live + part.deleting:
             events.append(self._update(segment, SegmentState.DELETE_SEGMENT_STARTED))
             events.append(self._update(segment, SegmentState.DELETE_SEGMENT_FINISHED))

@@ -48,8 +48,13 @@ KAFKA_YARDSTICK = {
     "memory": "~550 bytes of heap per segment",
     "txn_next": "0.18 us at distance 1, 1.5 ms at 10,000",
 }
-TARGETS = {"decode_records_per_s": 200_000, "apply_events_per_s": 60_000, "point_query_p50_us": 20,
-           "txn_ratio_10000_vs_1": 3, "peak_rss_mb": 250}
+TARGETS = {
+    "decode_records_per_s": 200_000,
+    "apply_events_per_s": 60_000,
+    "point_query_p50_us": 20,
+    "txn_ratio_10000_vs_1": 3,
+    "peak_rss_mb": 250,
+}
 
 
 def generate(path: Path, events: int, seed: int) -> None:
@@ -60,8 +65,9 @@ def generate(path: Path, events: int, seed: int) -> None:
             out.write(FRAME.pack(e.metadata_partition, e.offset, -1 if value is None else len(value)))
             if value is not None:
                 out.write(value)
-    (path.with_suffix(".partitions")).write_text(json.dumps([[tp.topic_id.hex(), tp.topic, tp.partition]
-                                                            for tp in workload.user_partitions()]))
+    (path.with_suffix(".partitions")).write_text(
+        json.dumps([[tp.topic_id.hex(), tp.topic, tp.partition] for tp in workload.user_partitions()])
+    )
 
 
 def read_events(path: Path) -> Iterator[tuple[int, int, bytes | None]]:
@@ -117,14 +123,28 @@ def chain(view: View, tp: TopicIdPartition, length: int, max_timestamp: Callable
     for chunk in range(0, length + 1, BATCH // 2):
         with view.batch() as batch:
             for i in range(chunk, min(chunk + BATCH // 2, length + 1)):
-                segment = SegmentMetadata(tp, rng.randbytes(16), i * 100, i * 100 + 99, 0, max_timestamp(i), i,
-                                          ((0, i * 100),), 100, None, SegmentState.COPY_SEGMENT_STARTED,
-                                          txn_index_empty=i < length)
+                segment = SegmentMetadata(
+                    tp,
+                    rng.randbytes(16),
+                    i * 100,
+                    i * 100 + 99,
+                    0,
+                    max_timestamp(i),
+                    i,
+                    ((0, i * 100),),
+                    100,
+                    None,
+                    SegmentState.COPY_SEGMENT_STARTED,
+                    txn_index_empty=i < length,
+                )
                 offset += 1
                 batch.apply(999, offset, encode_value(segment))
                 offset += 1
-                batch.apply(999, offset, encode_value(SegmentUpdate(tp, segment.segment_id, 0, i, None,
-                                                                   SegmentState.COPY_SEGMENT_FINISHED)))
+                batch.apply(
+                    999,
+                    offset,
+                    encode_value(SegmentUpdate(tp, segment.segment_id, 0, i, None, SegmentState.COPY_SEGMENT_FINISHED)),
+                )
 
 
 def kafka_timestamp_scan(view: View, tp: TopicIdPartition, timestamp: int) -> SegmentMetadata | None:
@@ -140,7 +160,7 @@ def timestamp_lookups(view: View) -> dict[str, dict[str, float]]:
     each size (the scan walks 99% of the listing; the descent stays 8 levels deep)."""
     p50: dict[str, dict[str, float]] = {"descent": {}, "scan": {}}
     for index, size in enumerate(TIMESTAMP_SIZES):
-        tp = TopicIdPartition(bytes([0xd0 + index]) * 16, f"timestamps-{size}", 0)
+        tp = TopicIdPartition(bytes([0xD0 + index]) * 16, f"timestamps-{size}", 0)
         with view.batch() as batch:
             batch.assign(tp)
             batch.mark_ready(tp)
@@ -149,9 +169,11 @@ def timestamp_lookups(view: View) -> dict[str, dict[str, float]]:
         found = view.queries.first_segment_with_max_timestamp_at_least(tp, 0, target, 0)
         assert found == kafka_timestamp_scan(view, tp, target) and found is not None
         p50["descent"][str(size)] = time_calls(
-            [lambda t=tp: view.queries.first_segment_with_max_timestamp_at_least(t, 0, target, 0)] * 500)[0]
+            [lambda t=tp: view.queries.first_segment_with_max_timestamp_at_least(t, 0, target, 0)] * 500
+        )[0]
         p50["scan"][str(size)] = time_calls(
-            [lambda t=tp: kafka_timestamp_scan(view, t, target)] * max(3, 50_000 // size))[0]
+            [lambda t=tp: kafka_timestamp_scan(view, t, target)] * max(3, 50_000 // size)
+        )[0]
     return p50
 
 
@@ -174,8 +196,10 @@ def measure(events_path: Path, view_dir: Path) -> dict:
     decode_rate = decoded / decode_seconds
     rss_after_decode = round(psutil.Process().memory_info().rss / 2**20, 1)
 
-    partitions = [TopicIdPartition(bytes.fromhex(h), t, p)
-                  for h, t, p in json.loads(events_path.with_suffix(".partitions").read_text())]
+    partitions = [
+        TopicIdPartition(bytes.fromhex(h), t, p)
+        for h, t, p in json.loads(events_path.with_suffix(".partitions").read_text())
+    ]
     applied = 0
     with View(view_dir) as view:
         with view.batch() as batch:
@@ -255,14 +279,24 @@ def measure(events_path: Path, view_dir: Path) -> dict:
 
 def report(result: dict) -> None:
     console = Console()
-    table = Table(title=f"rlmm core ({result['core']}), {result['events']:,} events, "
-                        f"{result['segments_in_view']:,} segments in the view")
+    table = Table(
+        title=f"rlmm core ({result['core']}), {result['events']:,} events, "
+        f"{result['segments_in_view']:,} segments in the view"
+    )
     for column in ("measure", "rlmm", "target", "Kafka's own code"):
         table.add_column(column)
-    table.add_row("decode records/s", f"{result['decode_records_per_s']:,}", f"≥ {TARGETS['decode_records_per_s']:,}",
-                  KAFKA_YARDSTICK["decode_records_per_s"])
-    table.add_row("decode + durable apply events/s", f"{result['apply_events_per_s']:,}",
-                  f"≥ {TARGETS['apply_events_per_s']:,}", KAFKA_YARDSTICK["apply_events_per_s"])
+    table.add_row(
+        "decode records/s",
+        f"{result['decode_records_per_s']:,}",
+        f"≥ {TARGETS['decode_records_per_s']:,}",
+        KAFKA_YARDSTICK["decode_records_per_s"],
+    )
+    table.add_row(
+        "decode + durable apply events/s",
+        f"{result['apply_events_per_s']:,}",
+        f"≥ {TARGETS['apply_events_per_s']:,}",
+        KAFKA_YARDSTICK["apply_events_per_s"],
+    )
     for name, p50 in result["query_p50_us"].items():
         table.add_row(f"{name} p50 / p99 µs", f"{p50} / {result['query_p99_us'][name]}", "p50 ≤ 20 (point)", "")
     txn = result["txn_next_p50_us"]
@@ -271,15 +305,24 @@ def report(result: dict) -> None:
     table.add_row("txn ratio distance 10,000 / 1", f"{txn['10000'] / txn['1']:.2f}", "≤ 3", KAFKA_YARDSTICK["txn_next"])
     by_timestamp = result["by_timestamp_p50_us"]
     for size, p50 in by_timestamp["descent"].items():
-        table.add_row(f"firstSegmentWithMaxTimestampAtLeast / Kafka's scan, {int(size):,} segments, p50 µs",
-                      f"{p50} / {by_timestamp['scan'][size]}", "flat / linear", "")
+        table.add_row(
+            f"firstSegmentWithMaxTimestampAtLeast / Kafka's scan, {int(size):,} segments, p50 µs",
+            f"{p50} / {by_timestamp['scan'][size]}",
+            "flat / linear",
+            "",
+        )
     largest, smallest = str(max(TIMESTAMP_SIZES)), str(min(TIMESTAMP_SIZES))
-    table.add_row(f"by-timestamp ratio {int(largest):,} / {int(smallest):,} segments (descent, scan)",
-                  f"{by_timestamp['descent'][largest] / by_timestamp['descent'][smallest]:.2f}, "
-                  f"{by_timestamp['scan'][largest] / by_timestamp['scan'][smallest]:.0f}", "≤ 3 for the descent", "")
+    table.add_row(
+        f"by-timestamp ratio {int(largest):,} / {int(smallest):,} segments (descent, scan)",
+        f"{by_timestamp['descent'][largest] / by_timestamp['descent'][smallest]:.2f}, "
+        f"{by_timestamp['scan'][largest] / by_timestamp['scan'][smallest]:.0f}",
+        "≤ 3 for the descent",
+        "",
+    )
     table.add_row("peak RSS MB", str(result["peak_rss_mb"]), "≤ 250", KAFKA_YARDSTICK["memory"])
-    curve = ", ".join(f"{int(n) // 1000}k: {mb}" if n.isdigit() else f"{n}: {mb}"
-                      for n, mb in result["rss_mb_by_events"].items())
+    curve = ", ".join(
+        f"{int(n) // 1000}k: {mb}" if n.isdigit() else f"{n}: {mb}" for n, mb in result["rss_mb_by_events"].items()
+    )
     table.add_row("RSS MB while applying", curve, "flat", "grows with segments")
     table.add_row("disk MB", str(result["disk_mb"]), "", "")
     console.print(table)
@@ -300,8 +343,13 @@ def main() -> None:
         if not args.json:
             print(f"generating {args.events:,} events ...", file=sys.stderr)
         generate(events_path, args.events, args.seed)
-        out = subprocess.run([sys.executable, __file__, "--measure", str(events_path), str(Path(tmp) / "view")],
-                             check=True, capture_output=True, text=True, env=os.environ).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, "--measure", str(events_path), str(Path(tmp) / "view")],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=os.environ,
+        ).stdout
     result = json.loads(out)
     if args.json:
         print(json.dumps(result))

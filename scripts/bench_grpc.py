@@ -50,8 +50,11 @@ TARGETS = {"unary_p99_ms@8": 2.0, "unary_qps": 5_000, "batch_lookups_per_s": 200
 # segments asked again and again
 BATCH_CALLS = 500
 # report key -> how batch lookups are asked: the fastest call the API offers first
-BATCH_MODES = {"batch_lookups_per_s": "columns", "batch_lookups_per_s_values": "kafka_values",
-               "batch_lookups_per_s_messages": "messages"}
+BATCH_MODES = {
+    "batch_lookups_per_s": "columns",
+    "batch_lookups_per_s_values": "kafka_values",
+    "batch_lookups_per_s_messages": "messages",
+}
 
 
 def partition(i: int) -> TopicIdPartition:
@@ -75,13 +78,36 @@ def build_view(path: Path, segments: int) -> None:
             for i, tp in enumerate(tps):
                 start = j * SEGMENT_OFFSETS
                 segment = SegmentMetadata(
-                    tp, rng.randbytes(16), start, start + SEGMENT_OFFSETS - 1, 1, 1_700_000_000_000 + start,
-                    1_700_000_000_000 + start, ((j * EPOCHS // per_partition, start),), 1 << 20, None,
-                    SegmentState.COPY_SEGMENT_STARTED, rng.random() >= 0.2)
+                    tp,
+                    rng.randbytes(16),
+                    start,
+                    start + SEGMENT_OFFSETS - 1,
+                    1,
+                    1_700_000_000_000 + start,
+                    1_700_000_000_000 + start,
+                    ((j * EPOCHS // per_partition, start),),
+                    1 << 20,
+                    None,
+                    SegmentState.COPY_SEGMENT_STARTED,
+                    rng.random() >= 0.2,
+                )
                 mp = i % 50
                 records.append((mp, encode_value(segment)))
-                records.append((mp, encode_value(SegmentUpdate(tp, segment.segment_id, 1, segment.event_timestamp_ms,
-                                                               None, SegmentState.COPY_SEGMENT_FINISHED))))
+                records.append(
+                    (
+                        mp,
+                        encode_value(
+                            SegmentUpdate(
+                                tp,
+                                segment.segment_id,
+                                1,
+                                segment.event_timestamp_ms,
+                                None,
+                                SegmentState.COPY_SEGMENT_FINISHED,
+                            )
+                        ),
+                    )
+                )
             if len(records) >= BATCH_RECORDS or j == per_partition - 1:
                 with view.batch() as batch:
                     for mp, value in records:
@@ -108,9 +134,11 @@ def _request(rng: random.Random, per_partition: int):
     from rlmm.v1 import service_pb2 as api
 
     i, j = rng.randrange(PARTITIONS), rng.randrange(per_partition)
-    return api.RemoteLogSegmentMetadataRequest(topic_id_partition=_partition_pb(i),
-                                               leader_epoch=j * EPOCHS // per_partition,
-                                               offset=j * SEGMENT_OFFSETS + rng.randrange(SEGMENT_OFFSETS))
+    return api.RemoteLogSegmentMetadataRequest(
+        topic_id_partition=_partition_pb(i),
+        leader_epoch=j * EPOCHS // per_partition,
+        offset=j * SEGMENT_OFFSETS + rng.randrange(SEGMENT_OFFSETS),
+    )
 
 
 def _stub(port: int, service=None):
@@ -156,11 +184,12 @@ def _columns(lookups):
     return api.ColumnarRemoteLogSegmentMetadataRequest(
         partitions=[_partition_pb(i) for i in range(PARTITIONS)],
         partition_indexes=[lookup.topic_id_partition.partition for lookup in lookups],
-        leader_epochs=[lookup.leader_epoch for lookup in lookups], offsets=[lookup.offset for lookup in lookups])
+        leader_epochs=[lookup.leader_epoch for lookup in lookups],
+        offsets=[lookup.offset for lookup in lookups],
+    )
 
 
-def batch_client(port: int, per_partition: int, seed: int, go, seconds: float, batch: int, mode: str,
-                 results) -> None:
+def batch_client(port: int, per_partition: int, seed: int, go, seconds: float, batch: int, mode: str, results) -> None:
     """Batches of random lookups, one call at a time, asked as ``mode`` says (see ``BATCH_MODES``); every
     answer is received and parsed."""
     from rlmm.convert import segment_metadata_from_pb
@@ -175,8 +204,10 @@ def batch_client(port: int, per_partition: int, seed: int, go, seconds: float, b
         answers = lambda response: response.kafka_values  # noqa: E731
     else:
         call, answers = stub.BatchRemoteLogSegmentMetadata, lambda response: response.results  # noqa: E731
-        requests = [api.BatchRemoteLogSegmentMetadataRequest(lookups=one, kafka_values=mode == "kafka_values")
-                    for one in lookups]
+        requests = [
+            api.BatchRemoteLogSegmentMetadataRequest(lookups=one, kafka_values=mode == "kafka_values")
+            for one in lookups
+        ]
     # every lookup finds its segment, the same in every mode
     messages = stub.BatchRemoteLogSegmentMetadata(api.BatchRemoteLogSegmentMetadataRequest(lookups=lookups[0]))
     expected = [segment_metadata_from_pb(r.remote_log_segment_metadata) for r in messages.results]
@@ -198,8 +229,9 @@ def batch_client(port: int, per_partition: int, seed: int, go, seconds: float, b
 def run_clients(target, count: int, args: tuple) -> list:
     context = multiprocessing.get_context("spawn")
     go, results = context.Barrier(count + 1), context.Queue()  # passed once every client is ready
-    processes = [context.Process(target=target, args=(*args[:2], seed, go, *args[2:], results))
-                 for seed in range(count)]
+    processes = [
+        context.Process(target=target, args=(*args[:2], seed, go, *args[2:], results)) for seed in range(count)
+    ]
     for p in processes:
         p.start()
     go.wait(timeout=120)  # spawned interpreters import grpc, prepare their requests, connect and warm up
@@ -215,12 +247,16 @@ def warm_up(port: int, per_partition: int, batch: int) -> float:
     from rlmm.v1 import service_pb2 as api
 
     stub = _stub(port)
-    lookups = [api.RemoteLogSegmentMetadataRequest(topic_id_partition=_partition_pb(i),
-                                                   leader_epoch=j * EPOCHS // per_partition, offset=j * SEGMENT_OFFSETS)
-               for i in range(PARTITIONS) for j in range(per_partition)]
+    lookups = [
+        api.RemoteLogSegmentMetadataRequest(
+            topic_id_partition=_partition_pb(i), leader_epoch=j * EPOCHS // per_partition, offset=j * SEGMENT_OFFSETS
+        )
+        for i in range(PARTITIONS)
+        for j in range(per_partition)
+    ]
     started = time.perf_counter()
     for at in range(0, len(lookups), batch):
-        request = api.BatchRemoteLogSegmentMetadataRequest(lookups=lookups[at:at + batch], kafka_values=True)
+        request = api.BatchRemoteLogSegmentMetadataRequest(lookups=lookups[at : at + batch], kafka_values=True)
         assert all(r.HasField("kafka_value") for r in stub.BatchRemoteLogSegmentMetadata(request).results)
     return time.perf_counter() - started
 
@@ -249,8 +285,23 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 def serve(view_dir: Path, cache_mb: int, row_cache_mb: int) -> tuple[subprocess.Popen, int]:
     env = {**os.environ, "RLMM_CACHE_MB": str(cache_mb), "RLMM_ROW_CACHE_MB": str(row_cache_mb)}
-    process = subprocess.Popen([sys.executable, "-m", "rlmm.cli", "serve", "--view", str(view_dir), "--listen",
-                                "127.0.0.1:0", "--log-level", "warning"], stdout=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlmm.cli",
+            "serve",
+            "--view",
+            str(view_dir),
+            "--listen",
+            "127.0.0.1:0",
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     line = json.loads(process.stdout.readline())
     return process, line["port"]
 
@@ -258,16 +309,27 @@ def serve(view_dir: Path, cache_mb: int, row_cache_mb: int) -> tuple[subprocess.
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--segments", type=int, default=1_000_000)
-    parser.add_argument("--view-dir", type=Path, help="Where the view is kept between runs (default: a directory "
-                                                      "under the system's temporary directory).")
+    parser.add_argument(
+        "--view-dir",
+        type=Path,
+        help="Where the view is kept between runs (default: a directory under the system's temporary directory).",
+    )
     parser.add_argument("--rebuild", action="store_true", help="Build the view even when one is there.")
     parser.add_argument("--seconds", type=float, default=5.0, help="Measuring time of each client run.")
     parser.add_argument("--batch", type=int, default=1_000, help="Lookups per batch call.")
     parser.add_argument("--batch-clients", type=int, default=2)
-    parser.add_argument("--cache-mb", type=int, default=256, help="The served view's block cache (the offset "
-                                                                  "index of 1M segments is ~150 MB).")
-    parser.add_argument("--row-cache-mb", type=int, default=320, help="The served view's row cache (the offset "
-                                                                       "index entries of 1M segments take ~260 MB).")
+    parser.add_argument(
+        "--cache-mb",
+        type=int,
+        default=256,
+        help="The served view's block cache (the offset index of 1M segments is ~150 MB).",
+    )
+    parser.add_argument(
+        "--row-cache-mb",
+        type=int,
+        default=320,
+        help="The served view's row cache (the offset index entries of 1M segments take ~260 MB).",
+    )
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = parser.parse_args()
     per_partition = args.segments // PARTITIONS
@@ -291,11 +353,14 @@ def main() -> None:
                 report[f"{prefix}_p50_ms"][str(clients)] = round(_percentile(latencies, 0.5) * 1000, 3)
                 report[f"{prefix}_p99_ms"][str(clients)] = round(_percentile(latencies, 0.99) * 1000, 3)
                 report[f"{prefix}_qps"][str(clients)] = round(len(latencies) / args.seconds)
-                log(f"{'health Check (the floor)' if floor else 'unary'}, {clients} client(s): "
+                log(
+                    f"{'health Check (the floor)' if floor else 'unary'}, {clients} client(s): "
                     f"{report[f'{prefix}_qps'][str(clients)]} calls/s, p50 {report[f'{prefix}_p50_ms'][str(clients)]} "
-                    f"ms, p99 {report[f'{prefix}_p99_ms'][str(clients)]} ms")
-        report["unary_qps_of_floor"] = {clients: round(qps / report["unary_floor_qps"][clients], 2)
-                                        for clients, qps in report["unary_qps"].items()}
+                    f"ms, p99 {report[f'{prefix}_p99_ms'][str(clients)]} ms"
+                )
+        report["unary_qps_of_floor"] = {
+            clients: round(qps / report["unary_floor_qps"][clients], 2) for clients, qps in report["unary_qps"].items()
+        }
         log(f"warmed up with a lookup of every segment in {warm_up(port, per_partition, args.batch):.0f} s")
         for key, mode in BATCH_MODES.items():
             runs = run_clients(batch_client, args.batch_clients, (port, per_partition, args.seconds, args.batch, mode))
@@ -311,9 +376,11 @@ def main() -> None:
         server.terminate()
         server.wait(60)
     report["targets"] = TARGETS
-    report["met"] = {"unary_p99_ms@8": report["unary_p99_ms"]["8"] <= TARGETS["unary_p99_ms@8"],
-                     "unary_qps": max(report["unary_qps"].values()) >= TARGETS["unary_qps"],
-                     "batch_lookups_per_s": report["batch_lookups_per_s"] >= TARGETS["batch_lookups_per_s"]}
+    report["met"] = {
+        "unary_p99_ms@8": report["unary_p99_ms"]["8"] <= TARGETS["unary_p99_ms@8"],
+        "unary_qps": max(report["unary_qps"].values()) >= TARGETS["unary_qps"],
+        "batch_lookups_per_s": report["batch_lookups_per_s"] >= TARGETS["batch_lookups_per_s"],
+    }
     report["cpus"] = os.cpu_count()
     print(json.dumps(report) if args.json else json.dumps(report, indent=2))
 

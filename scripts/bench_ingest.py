@@ -69,8 +69,16 @@ def workload_records(events: int, seed: int) -> tuple[Workload, Iterator[tuple[i
 def produce_workload(bootstrap: str, topics: dict[str, int], events: int, seed: int) -> Workload:
     """Produce the workload's records, each topic getting its first ``topics[name]`` events."""
     workload, records = workload_records(events, seed)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 20, "batch.num.messages": 10_000, "queue.buffering.max.messages": 500_000})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 500_000,
+        }
+    )
     for i, event in records:
         for topic, count in topics.items():
             if i < count:
@@ -112,8 +120,9 @@ def apply_only(view_dir: Path, events: int, seed: int, batch_size: int) -> float
 
 
 def config_for(bootstrap: str, topic: str) -> RlmmConfig:
-    return RlmmConfig(bootstrap, topic=topic, num_partitions=METADATA_PARTITIONS, replication_factor=1,
-                      min_insync_replicas=1)
+    return RlmmConfig(
+        bootstrap, topic=topic, num_partitions=METADATA_PARTITIONS, replication_factor=1, min_insync_replicas=1
+    )
 
 
 def ingest(view_dir: Path, config: RlmmConfig, workload: Workload) -> float:
@@ -150,17 +159,30 @@ def write_latencies(view_dir: Path, config: RlmmConfig, workload: Workload, writ
         for i in range(writes // 2 + 5):
             tp = partitions[i % len(partitions)]
             start = 10**12 + i * 1000
-            segment = SegmentMetadata(tp, os.urandom(16), start, start + 999, 0, 1_718_000_000_000,
-                                      1_718_000_000_000, ((1_000, start),), 1 << 20, None,
-                                      SegmentState.COPY_SEGMENT_STARTED)
-            finished = SegmentUpdate(tp, segment.segment_id, 0, 1_718_000_000_001, None,
-                                     SegmentState.COPY_SEGMENT_FINISHED)
-            for call, record in ((rlmm.add_remote_log_segment_metadata, segment),
-                                 (rlmm.update_remote_log_segment_metadata, finished)):
+            segment = SegmentMetadata(
+                tp,
+                os.urandom(16),
+                start,
+                start + 999,
+                0,
+                1_718_000_000_000,
+                1_718_000_000_000,
+                ((1_000, start),),
+                1 << 20,
+                None,
+                SegmentState.COPY_SEGMENT_STARTED,
+            )
+            finished = SegmentUpdate(
+                tp, segment.segment_id, 0, 1_718_000_000_001, None, SegmentState.COPY_SEGMENT_FINISHED
+            )
+            for call, record in (
+                (rlmm.add_remote_log_segment_metadata, segment),
+                (rlmm.update_remote_log_segment_metadata, finished),
+            ):
                 t0 = time.perf_counter()
                 call(record)
                 samples.append((time.perf_counter() - t0) * 1000)
-    return samples[10:writes + 10]  # the first calls warm the producer's connection up
+    return samples[10 : writes + 10]  # the first calls warm the producer's connection up
 
 
 def run(bootstrap: str | None, events: int, restart_at: int, writes: int, seed: int) -> dict:
@@ -207,11 +229,16 @@ def report(result: dict) -> None:
     table.add_column("target")
     table.add_column("Kafka's topic-based RLMM")
     table.add_row("ingest events/s", f"{result['ingest_events_per_s']:,}", f"≥ {TARGETS['ingest_events_per_s']:,}", "")
-    table.add_row("the view alone, same records, events/s", f"{result['view_apply_only_events_per_s']:,}",
-                  "ceiling of ingest", "")
+    table.add_row(
+        "the view alone, same records, events/s", f"{result['view_apply_only_events_per_s']:,}", "ceiling of ingest", ""
+    )
     for size, seconds in result["restart_to_ready_s"].items():
-        table.add_row(f"restart to ready, {int(size):,} events applied", f"{seconds} s", "≤ 1 s",
-                      f"reads all {int(size):,} records again")
+        table.add_row(
+            f"restart to ready, {int(size):,} events applied",
+            f"{seconds} s",
+            "≤ 1 s",
+            f"reads all {int(size):,} records again",
+        )
     table.add_row("write round trip p50", f"{result['write_p50_ms']} ms", "", "")
     table.add_row("write round trip p99", f"{result['write_p99_ms']} ms", "≤ 50 ms", "")
     Console().print(table)

@@ -52,9 +52,22 @@ def synthetic_states(segments: int, partitions: int = 100) -> list[PartitionStat
             epoch = i // 1000
             sid = (p * per + i).to_bytes(8, "big") * 2
             start = i * 1000
-            segs.append(SegmentMetadata(tp, sid, start, start + 999, 1, 1_718_000_000_000 + i, 1_718_000_000_000 + i,
-                                        ((epoch, start),), 1 << 20, None, SegmentState.COPY_SEGMENT_FINISHED,
-                                        i % 5 != 0))
+            segs.append(
+                SegmentMetadata(
+                    tp,
+                    sid,
+                    start,
+                    start + 999,
+                    1,
+                    1_718_000_000_000 + i,
+                    1_718_000_000_000 + i,
+                    ((epoch, start),),
+                    1 << 20,
+                    None,
+                    SegmentState.COPY_SEGMENT_FINISHED,
+                    i % 5 != 0,
+                )
+            )
             es = epochs.setdefault(epoch, EpochState(epoch, None))
             es.referenced.append((start, sid))
             es.highest_offset = start + 999
@@ -98,16 +111,21 @@ def main() -> None:
             ensure_topic(AdminClient(config.admin_config()), config)
         tail_cut = args.events * 9 // 10
         say(f"producing {args.events} events")
-        workload = produce_workload(boot, {"bench-full": args.events, "bench-partial": tail_cut}, args.events,
-                                    args.seed)
+        workload = produce_workload(
+            boot, {"bench-full": args.events, "bench-partial": tail_cut}, args.events, args.seed
+        )
         t0 = time.perf_counter()
         spark = spark_session(args.master)
         result["spark_start_s"] = round(time.perf_counter() - t0, 2)
 
         say("rebuild of the whole topic")
         manifest, records, seconds = timed_rebuild(spark, tmp / "snap-full", boot, "bench-full", say)
-        result.update(rebuild_s=round(seconds, 2), rebuild_records=records,
-                      rebuild_events_per_s=round(records / seconds), snapshot_segments=manifest["counts"]["segments"])
+        result.update(
+            rebuild_s=round(seconds, 2),
+            rebuild_records=records,
+            rebuild_events_per_s=round(records / seconds),
+            snapshot_segments=manifest["counts"]["segments"],
+        )
 
         say("rebuild of the first 90 %")
         _, records, seconds = timed_rebuild(spark, tmp / "snap-90", boot, "bench-partial", say)

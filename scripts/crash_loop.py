@@ -29,13 +29,22 @@ READY_LINE = "applying"
 
 
 def workload(seed: int, partitions: int) -> Workload:
-    return Workload(WorkloadConfig(partitions=partitions, metadata_partitions=8, seed=seed,
-                                   invalid_share=0.01, redelivery_share=0.01, partition_delete_share=0.0005,
-                                   retained_segments=10))
+    return Workload(
+        WorkloadConfig(
+            partitions=partitions,
+            metadata_partitions=8,
+            seed=seed,
+            invalid_share=0.01,
+            redelivery_share=0.01,
+            partition_delete_share=0.0005,
+            retained_segments=10,
+        )
+    )
 
 
-def apply_stream(view_dir: Path, seed: int, events: int, partitions: int, max_batch: int,
-                 announce: bool = False) -> int:
+def apply_stream(
+    view_dir: Path, seed: int, events: int, partitions: int, max_batch: int, announce: bool = False
+) -> int:
     """Apply the stream from where the view stands; returns how many events were applied now."""
     load = workload(seed, partitions)
     rng = random.Random(time.monotonic_ns())
@@ -56,7 +65,7 @@ def apply_stream(view_dir: Path, seed: int, events: int, partitions: int, max_ba
         while i < len(todo):
             size = rng.randint(1, max_batch)
             with view.batch() as batch:
-                for e in todo[i:i + size]:
+                for e in todo[i : i + size]:
                     batch.apply(e.metadata_partition, e.offset, e.value)
             i += size
     return len(todo)
@@ -65,8 +74,9 @@ def apply_stream(view_dir: Path, seed: int, events: int, partitions: int, max_ba
 def snapshot_of(view_dir: Path, seed: int, partitions: int) -> dict:
     with View(view_dir) as view:
         raw = {cf: [(k.hex(), v.hex()) for k, v in view.items(cf)] for cf in K.COLUMN_FAMILIES}
-        answers = {f"{tp.partition}": probe_partition(view.queries, tp)
-                   for tp in workload(seed, partitions).user_partitions()}
+        answers = {
+            f"{tp.partition}": probe_partition(view.queries, tp) for tp in workload(seed, partitions).user_partitions()
+        }
     return {"raw": raw, "answers": answers}
 
 
@@ -80,8 +90,18 @@ def first_difference(a: dict, b: dict) -> str | None:
 
 def run_round(workdir: Path, seed: int, events: int, partitions: int, kills_wanted: int, max_delay: float) -> dict:
     view_dir = workdir / f"view-{seed}"
-    command = [sys.executable, __file__, "--child", str(view_dir), "--seed", str(seed), "--events", str(events),
-               "--partitions", str(partitions)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        str(view_dir),
+        "--seed",
+        str(seed),
+        "--events",
+        str(events),
+        "--partitions",
+        str(partitions),
+    ]
     rng = random.Random(seed)
     kills = restarts = 0
     while True:
@@ -104,23 +124,34 @@ def run_round(workdir: Path, seed: int, events: int, partitions: int, kills_want
     clean_dir = workdir / f"clean-{seed}"
     apply_stream(clean_dir, seed, events, partitions, max_batch=events)
     crashed, clean = snapshot_of(view_dir, seed, partitions), snapshot_of(clean_dir, seed, partitions)
-    return {"seed": seed, "kills": kills, "runs": restarts, "difference": first_difference(crashed, clean),
-            "segments": len(clean["raw"][K.SEGMENTS])}
+    return {
+        "seed": seed,
+        "kills": kills,
+        "runs": restarts,
+        "difference": first_difference(crashed, clean),
+        "segments": len(clean["raw"][K.SEGMENTS]),
+    }
 
 
-def run_crash_loop(kills: int, events: int, partitions: int = 20, seed: int = 1, max_delay: float = 0.4,
-                   kills_per_round: int = 25) -> dict:
+def run_crash_loop(
+    kills: int, events: int, partitions: int = 20, seed: int = 1, max_delay: float = 0.4, kills_per_round: int = 25
+) -> dict:
     started = time.monotonic()
     rounds = []
     with tempfile.TemporaryDirectory(prefix="rlmm-crash-") as tmp:
         total = 0
         while total < kills:
-            result = run_round(Path(tmp), seed + len(rounds), events, partitions,
-                               min(kills_per_round, kills - total), max_delay)
+            result = run_round(
+                Path(tmp), seed + len(rounds), events, partitions, min(kills_per_round, kills - total), max_delay
+            )
             rounds.append(result)
             total += result["kills"]
-    return {"kills": sum(r["kills"] for r in rounds), "rounds": rounds,
-            "mismatches": [r for r in rounds if r["difference"]], "seconds": round(time.monotonic() - started, 1)}
+    return {
+        "kills": sum(r["kills"] for r in rounds),
+        "rounds": rounds,
+        "mismatches": [r for r in rounds if r["difference"]],
+        "seconds": round(time.monotonic() - started, 1),
+    }
 
 
 def main() -> None:
@@ -141,8 +172,10 @@ def main() -> None:
         print(json.dumps(report))
     else:
         for r in report["rounds"]:
-            print(f"seed {r['seed']}: {r['kills']} kills over {r['runs']} runs, {r['segments']} segments, "
-                  f"{'identical to a clean replay' if not r['difference'] else 'DIFFERS at ' + r['difference']}")
+            print(
+                f"seed {r['seed']}: {r['kills']} kills over {r['runs']} runs, {r['segments']} segments, "
+                f"{'identical to a clean replay' if not r['difference'] else 'DIFFERS at ' + r['difference']}"
+            )
         print(f"{report['kills']} kills, {len(report['mismatches'])} mismatching rounds, {report['seconds']} s")
     sys.exit(1 if report["mismatches"] else 0)
 

@@ -39,8 +39,9 @@ def build(path: Path, events: int, seed: int) -> list:
         with view.batch() as batch:
             for tp in workload.user_partitions():
                 batch.assign(tp)
-        for event in track(workload.events(events), total=events, description="building the view",
-                           console=Console(stderr=True)):
+        for event in track(
+            workload.events(events), total=events, description="building the view", console=Console(stderr=True)
+        ):
             pending.append(event)
             if len(pending) == BATCH:
                 with view.batch() as batch:
@@ -67,7 +68,7 @@ def damage(path: Path, places: int) -> str:
 
 
 def compare(clean, damaged) -> str:
-    """"same", "failed" (ViewDamaged), or "wrong"."""
+    """ "same", "failed" (ViewDamaged), or "wrong"."""
     try:
         answer = damaged()
     except ViewDamaged:
@@ -89,8 +90,12 @@ def main() -> None:
         shutil.copytree(clean_dir, damaged_dir)
         damaged_table = damage(damaged_dir, args.places)
         started = time.monotonic()
-        check = subprocess.run([sys.executable, "-m", "rlmm.cli", "view", "check", "--view", str(clean_dir)],
-                               capture_output=True, text=True, check=True)
+        check = subprocess.run(
+            [sys.executable, "-m", "rlmm.cli", "view", "check", "--view", str(clean_dir)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         check_s = time.monotonic() - started
         entries = sum(json.loads(check.stdout)["entries"].values())
         lookups = {"same": 0, "failed": 0, "wrong": 0}
@@ -101,14 +106,26 @@ def main() -> None:
                     continue
                 for seg in clean.queries.list_remote_log_segments(tp):
                     for epoch, start in seg.segment_leader_epochs:
-                        lookups[compare(lambda: clean.queries.remote_log_segment_metadata(tp, epoch, start),
-                                        lambda: bad.queries.remote_log_segment_metadata(tp, epoch, start))] += 1
+                        lookups[
+                            compare(
+                                lambda: clean.queries.remote_log_segment_metadata(tp, epoch, start),
+                                lambda: bad.queries.remote_log_segment_metadata(tp, epoch, start),
+                            )
+                        ] += 1
             for cf in K.COLUMN_FAMILIES:
                 scans[compare(lambda: list(clean.items(cf)), lambda: list(bad.items(cf)))] += 1
             fault = str(bad.fault)
-    result = {"events": args.events, "damaged_table": damaged_table, "places": args.places, "lookups": lookups,
-              "column_family_scans": scans, "fault": fault, "view_check_s": round(check_s, 2),
-              "view_check_entries": entries, "view_check_entries_per_s": round(entries / check_s)}
+    result = {
+        "events": args.events,
+        "damaged_table": damaged_table,
+        "places": args.places,
+        "lookups": lookups,
+        "column_family_scans": scans,
+        "fault": fault,
+        "view_check_s": round(check_s, 2),
+        "view_check_entries": entries,
+        "view_check_entries_per_s": round(entries / check_s),
+    }
     if args.json:
         print(json.dumps(result))
     else:

@@ -30,8 +30,11 @@ OUT = ROOT / "docs" / "api.md"
 _MESSAGE, _ENUM, _SERVICE, _SYNTAX = 4, 5, 6, 12
 _FIELD, _NESTED, _NESTED_ENUM, _ONEOF, _VALUE, _METHOD = 2, 3, 4, 8, 2, 2
 _F = descriptor_pb2.FieldDescriptorProto
-_SCALARS = {getattr(_F, name): name.removeprefix("TYPE_").lower() for name in _F.Type.keys()
-            if name not in ("TYPE_MESSAGE", "TYPE_ENUM", "TYPE_GROUP")}
+_SCALARS = {
+    getattr(_F, name): name.removeprefix("TYPE_").lower()
+    for name in _F.Type.keys()
+    if name not in ("TYPE_MESSAGE", "TYPE_ENUM", "TYPE_GROUP")
+}
 
 
 def descriptors() -> list[descriptor_pb2.FileDescriptorProto]:
@@ -39,8 +42,14 @@ def descriptors() -> list[descriptor_pb2.FileDescriptorProto]:
     protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "api.pb"
-        args = ["grpc_tools.protoc", f"-I{PROTO_ROOT}", f"-I{files('grpc_tools') / '_proto'}",
-                "--include_source_info", f"--descriptor_set_out={out}", *protos]
+        args = [
+            "grpc_tools.protoc",
+            f"-I{PROTO_ROOT}",
+            f"-I{files('grpc_tools') / '_proto'}",
+            "--include_source_info",
+            f"--descriptor_set_out={out}",
+            *protos,
+        ]
         if protoc.main(args) != 0:
             raise SystemExit(f"protoc failed on {protos}")
         return list(descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file)
@@ -76,10 +85,12 @@ def one_line(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def messages(file: descriptor_pb2.FileDescriptorProto) -> Iterator[tuple[descriptor_pb2.DescriptorProto,
-                                                                           tuple[int, ...], str]]:
+def messages(
+    file: descriptor_pb2.FileDescriptorProto,
+) -> Iterator[tuple[descriptor_pb2.DescriptorProto, tuple[int, ...], str]]:
     """Every message of the file, nested ones after their parent, with its path and full name; map entries
     are left out (they show as ``map<K, V>`` fields)."""
+
     def walk(message: descriptor_pb2.DescriptorProto, path: tuple[int, ...], prefix: str):
         if message.options.map_entry:
             return
@@ -87,12 +98,14 @@ def messages(file: descriptor_pb2.FileDescriptorProto) -> Iterator[tuple[descrip
         yield message, path, name
         for i, nested in enumerate(message.nested_type):
             yield from walk(nested, (*path, _NESTED, i), name)
+
     for i, message in enumerate(file.message_type):
         yield from walk(message, (_MESSAGE, i), file.package)
 
 
-def enums(file: descriptor_pb2.FileDescriptorProto) -> Iterator[tuple[descriptor_pb2.EnumDescriptorProto,
-                                                                       tuple[int, ...], str]]:
+def enums(
+    file: descriptor_pb2.FileDescriptorProto,
+) -> Iterator[tuple[descriptor_pb2.EnumDescriptorProto, tuple[int, ...], str]]:
     for message, path, name in messages(file):
         for i, enum in enumerate(message.enum_type):
             yield enum, (*path, _NESTED_ENUM, i), f"{name}.{enum.name}"
@@ -100,8 +113,12 @@ def enums(file: descriptor_pb2.FileDescriptorProto) -> Iterator[tuple[descriptor
         yield enum, (_ENUM, i), f"{file.package}.{enum.name}"
 
 
-_KINDS = {(False, False): "unary", (False, True): "server streaming", (True, False): "client streaming",
-          (True, True): "bidirectional streaming"}
+_KINDS = {
+    (False, False): "unary",
+    (False, True): "server streaming",
+    (True, False): "client streaming",
+    (True, True): "bidirectional streaming",
+}
 
 
 def _stream(flag: bool) -> str:
@@ -122,12 +139,19 @@ class Renderer:
 
     def __init__(self, files_: list[descriptor_pb2.FileDescriptorProto]) -> None:
         self.files = files_
-        self.maps = {f".{name}.{nested.name}": nested for file in files_ for message, _, name in messages(file)
-                     for nested in message.nested_type if nested.options.map_entry}
-        self.anchors = {f".{name}": f"message-{_anchor(_short(name, file))}"
-                        for file in files_ for _, _, name in messages(file)}
-        self.anchors.update({f".{name}": f"enum-{_anchor(_short(name, file))}"
-                             for file in files_ for _, _, name in enums(file)})
+        self.maps = {
+            f".{name}.{nested.name}": nested
+            for file in files_
+            for message, _, name in messages(file)
+            for nested in message.nested_type
+            if nested.options.map_entry
+        }
+        self.anchors = {
+            f".{name}": f"message-{_anchor(_short(name, file))}" for file in files_ for _, _, name in messages(file)
+        }
+        self.anchors.update(
+            {f".{name}": f"enum-{_anchor(_short(name, file))}" for file in files_ for _, _, name in enums(file)}
+        )
 
     def type_link(self, type_name: str) -> str:
         short = type_name.rsplit(".", 1)[-1]
@@ -157,12 +181,17 @@ class Renderer:
         return ""
 
     def render(self) -> str:
-        out = ["# rlmm gRPC API reference", "",
-               "Generated from the comments of `proto/rlmm/v1/*.proto` by `python scripts/gen_api_docs.py`: edit "
-               "the protos, not this file (`python scripts/gen_api_docs.py --check` fails when it is stale).", "",
-               "A field's *label* is `repeated`, `map`, `optional` (proto3 explicit presence: unset differs from "
-               "zero) or the `oneof` it belongs to; fields without a label are plain proto3 fields (unset reads "
-               "as zero).", ""]
+        out = [
+            "# rlmm gRPC API reference",
+            "",
+            "Generated from the comments of `proto/rlmm/v1/*.proto` by `python scripts/gen_api_docs.py`: edit "
+            "the protos, not this file (`python scripts/gen_api_docs.py --check` fails when it is stale).",
+            "",
+            "A field's *label* is `repeated`, `map`, `optional` (proto3 explicit presence: unset differs from "
+            "zero) or the `oneof` it belongs to; fields without a label are plain proto3 fields (unset reads "
+            "as zero).",
+            "",
+        ]
         ordered = sorted(self.files, key=lambda f: (not f.service, f.name))  # the service first
         out += ["Contents:", ""]
         for file in ordered:
@@ -188,28 +217,40 @@ class Renderer:
             out += self.enum_section(comments, enum, path, _short(name, file))
         return out
 
-    def service_section(self, file: descriptor_pb2.FileDescriptorProto, comments: Comments, s: int,
-                        service: descriptor_pb2.ServiceDescriptorProto) -> list[str]:
+    def service_section(
+        self,
+        file: descriptor_pb2.FileDescriptorProto,
+        comments: Comments,
+        s: int,
+        service: descriptor_pb2.ServiceDescriptorProto,
+    ) -> list[str]:
         out = [f"## service `{service.name}`", "", f"`{file.package}.{service.name}`, in `{file.name}`.", ""]
         for text in (comments(_SYNTAX), comments(_SERVICE, s)):  # the file's comment documents its service
             if text:
                 out += [text, ""]
         out += ["| method | request | response |", "| --- | --- | --- |"]
         for method in service.method:
-            out.append(f"| [`{method.name}`](#rpc-{_anchor(method.name)}) | "
-                       f"{_stream(method.client_streaming)}{self.type_link(method.input_type)} | "
-                       f"{_stream(method.server_streaming)}{self.type_link(method.output_type)} |")
+            out.append(
+                f"| [`{method.name}`](#rpc-{_anchor(method.name)}) | "
+                f"{_stream(method.client_streaming)}{self.type_link(method.input_type)} | "
+                f"{_stream(method.server_streaming)}{self.type_link(method.output_type)} |"
+            )
         out.append("")
         for m, method in enumerate(service.method):
-            out += [f"### rpc `{method.name}`", "",
-                    f"{self.type_link(method.input_type)} → {self.type_link(method.output_type)}, "
-                    f"{_KINDS[method.client_streaming, method.server_streaming]}.", ""]
+            out += [
+                f"### rpc `{method.name}`",
+                "",
+                f"{self.type_link(method.input_type)} → {self.type_link(method.output_type)}, "
+                f"{_KINDS[method.client_streaming, method.server_streaming]}.",
+                "",
+            ]
             if comments(_SERVICE, s, _METHOD, m):
                 out += [comments(_SERVICE, s, _METHOD, m), ""]
         return out
 
-    def message_section(self, comments: Comments, message: descriptor_pb2.DescriptorProto, path: tuple[int, ...],
-                        name: str) -> list[str]:
+    def message_section(
+        self, comments: Comments, message: descriptor_pb2.DescriptorProto, path: tuple[int, ...], name: str
+    ) -> list[str]:
         out = [f"### message `{name}`", ""]
         if comments(*path):
             out += [comments(*path), ""]
@@ -217,8 +258,10 @@ class Renderer:
             return [*out, "No fields.", ""]
         out += ["| field | # | type | label | description |", "| --- | --- | --- | --- | --- |"]
         for f, field in enumerate(message.field):
-            out.append(f"| `{field.name}` | {field.number} | {self.field_type(field)} | "
-                       f"{self.label(message, field)} | {one_line(comments(*path, _FIELD, f))} |")
+            out.append(
+                f"| `{field.name}` | {field.number} | {self.field_type(field)} | "
+                f"{self.label(message, field)} | {one_line(comments(*path, _FIELD, f))} |"
+            )
         out.append("")
         for o, oneof in enumerate(message.oneof_decl):
             if comments(*path, _ONEOF, o):
@@ -226,8 +269,9 @@ class Renderer:
         return out
 
     @staticmethod
-    def enum_section(comments: Comments, enum: descriptor_pb2.EnumDescriptorProto, path: tuple[int, ...],
-                     name: str) -> list[str]:
+    def enum_section(
+        comments: Comments, enum: descriptor_pb2.EnumDescriptorProto, path: tuple[int, ...], name: str
+    ) -> list[str]:
         out = [f"### enum `{name}`", ""]
         if comments(*path):
             out += [comments(*path), ""]

@@ -82,52 +82,78 @@ def serve_flags() -> dict[str, str]:
 def serve_section() -> Iterator[str]:
     flags = serve_flags()
     config_option = next(p for p in serve.params if p.name == "config_file")
-    yield from ["## `rlmm serve`", "",
-                f"One settings model, `rlmm/server/config.py`'s `ServeSettings`, read from a TOML file "
-                f"({', '.join(f'`{o}`' for o in config_option.opts)} or `{config_option.envvar}`), then environment "
-                f"variables (`{ENV_PREFIX}` + the field name in capitals; lists and tables as JSON, e.g. "
-                f"`{ENV_PREFIX}WRITE_TOKENS='[\"...\"]'`), then flags: each source overrides the one before. An "
-                f"unknown key in the file or a bad value anywhere is a usage error (exit code 2) that names the "
-                f"setting; environment variables that name no setting are ignored.", "",
-                "| setting (TOML key) | environment | flag | type | default | description |",
-                "| --- | --- | --- | --- | --- | --- |"]
+    yield from [
+        "## `rlmm serve`",
+        "",
+        f"One settings model, `rlmm/server/config.py`'s `ServeSettings`, read from a TOML file "
+        f"({', '.join(f'`{o}`' for o in config_option.opts)} or `{config_option.envvar}`), then environment "
+        f"variables (`{ENV_PREFIX}` + the field name in capitals; lists and tables as JSON, e.g. "
+        f"`{ENV_PREFIX}WRITE_TOKENS='[\"...\"]'`), then flags: each source overrides the one before. An "
+        f"unknown key in the file or a bad value anywhere is a usage error (exit code 2) that names the "
+        f"setting; environment variables that name no setting are ignored.",
+        "",
+        "| setting (TOML key) | environment | flag | type | default | description |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for name, info in ServeSettings.model_fields.items():
-        yield (f"| `{name}` | `{ENV_PREFIX}{name.upper()}` | {flags.get(name, '')} | {field_type(info)} | "
-               f"{default(info)} | {cell(info.description)} |")
-    yield from ["", f"Without `bootstrap_servers` (or `{BOOTSTRAP_PROPERTY}` in `kafka`) the view is served as it "
-                f"is, read-only: no consumer, and writes and registrations answer `FAILED_PRECONDITION`.", ""]
+        yield (
+            f"| `{name}` | `{ENV_PREFIX}{name.upper()}` | {flags.get(name, '')} | {field_type(info)} | "
+            f"{default(info)} | {cell(info.description)} |"
+        )
+    yield from [
+        "",
+        f"Without `bootstrap_servers` (or `{BOOTSTRAP_PROPERTY}` in `kafka`) the view is served as it "
+        f"is, read-only: no consumer, and writes and registrations answer `FAILED_PRECONDITION`.",
+        "",
+    ]
 
 
 def kafka_section() -> Iterator[str]:
     defaults = {f.name: f.default for f in dataclasses.fields(RlmmConfig)}
-    yield from ["## Kafka-named settings", "",
-                "`rlmm serve` (the `kafka` table, `--set NAME=VALUE`) and `rlmm consume` (`--set`) take the settings "
-                "of Kafka's `TopicBasedRemoteLogMetadataManagerConfig` under Kafka's names, with Kafka's defaults, "
-                "plus a few of rlmm's own (`consumers/config.py`, `RlmmConfig.from_properties`). An unknown name "
-                "is refused.", "",
-                "| name | default | meaning | in Kafka |", "| --- | --- | --- | --- |"]
+    yield from [
+        "## Kafka-named settings",
+        "",
+        "`rlmm serve` (the `kafka` table, `--set NAME=VALUE`) and `rlmm consume` (`--set`) take the settings "
+        "of Kafka's `TopicBasedRemoteLogMetadataManagerConfig` under Kafka's names, with Kafka's defaults, "
+        "plus a few of rlmm's own (`consumers/config.py`, `RlmmConfig.from_properties`). An unknown name "
+        "is refused.",
+        "",
+        "| name | default | meaning | in Kafka |",
+        "| --- | --- | --- | --- |",
+    ]
     for setting in SETTINGS:
         in_kafka = "yes, same name and default" if setting.in_kafka else "no, rlmm's own"
         yield f"| `{setting.name}` | {value(defaults[setting.field])} | {cell(setting.meaning)} | {in_kafka} |"
-    yield from ["",
-                "Kafka client settings pass through under Kafka's prefixes, as librdkafka (confluent-kafka) "
-                "settings, whose usual names (`bootstrap.servers`, `security.protocol`, `sasl.*`, `ssl.*`) are the "
-                "Java client's:", "",
-                f"- `{COMMON_CLIENT_PREFIX}*`: every client (consumer, producer, admin);",
-                f"- `{PRODUCER_PREFIX}*`: the producer of the writes;",
-                f"- `{CONSUMER_PREFIX}*`: the consumer of the metadata topic.", "",
-                "rlmm sets these client settings itself; the fixed ones cannot be overridden, the others are "
-                "defaults the prefixes above may change:", "",
-                "| client | name | value | overridable | why |", "| --- | --- | --- | --- | --- |"]
+    yield from [
+        "",
+        "Kafka client settings pass through under Kafka's prefixes, as librdkafka (confluent-kafka) "
+        "settings, whose usual names (`bootstrap.servers`, `security.protocol`, `sasl.*`, `ssl.*`) are the "
+        "Java client's:",
+        "",
+        f"- `{COMMON_CLIENT_PREFIX}*`: every client (consumer, producer, admin);",
+        f"- `{PRODUCER_PREFIX}*`: the producer of the writes;",
+        f"- `{CONSUMER_PREFIX}*`: the consumer of the metadata topic.",
+        "",
+        "rlmm sets these client settings itself; the fixed ones cannot be overridden, the others are "
+        "defaults the prefixes above may change:",
+        "",
+        "| client | name | value | overridable | why |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for s in CLIENT_SETTINGS:
         yield f"| {s.client} | `{s.name}` | {value(s.value)} | {'no' if s.fixed else 'yes'} | {cell(s.why)} |"
     yield ""
 
 
 def environment_section() -> Iterator[str]:
-    yield from ["## Environment variables of the other commands", "",
-                "Besides `rlmm serve`'s `RLMM_<FIELD>` variables, these options read the environment:", "",
-                "| command | option | environment |", "| --- | --- | --- |"]
+    yield from [
+        "## Environment variables of the other commands",
+        "",
+        "Besides `rlmm serve`'s `RLMM_<FIELD>` variables, these options read the environment:",
+        "",
+        "| command | option | environment |",
+        "| --- | --- | --- |",
+    ]
     for path, command in _commands(rlmm_cli, ("rlmm",)):
         if command is serve:
             continue
@@ -145,11 +171,17 @@ def _commands(command: click.Command, path: tuple[str, ...]) -> Iterator[tuple[t
 
 
 def render() -> str:
-    lines = ["# rlmm configuration reference", "",
-             "Generated by `python scripts/gen_config_docs.py` from the code that reads the settings "
-             "(`rlmm/server/config.py`, `consumers/config.py`, the commands' options): change them there "
-             "(`python scripts/gen_config_docs.py --check` fails when this file is stale).", "",
-             *serve_section(), *kafka_section(), *environment_section()]
+    lines = [
+        "# rlmm configuration reference",
+        "",
+        "Generated by `python scripts/gen_config_docs.py` from the code that reads the settings "
+        "(`rlmm/server/config.py`, `consumers/config.py`, the commands' options): change them there "
+        "(`python scripts/gen_config_docs.py --check` fails when this file is stale).",
+        "",
+        *serve_section(),
+        *kafka_section(),
+        *environment_section(),
+    ]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -27,8 +27,15 @@ def generate(out: Path) -> list[Path]:
     """Generate every stub under ``out``; returns the generated paths relative to ``out``."""
     protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
     include = str(files("grpc_tools") / "_proto")
-    args = ["grpc_tools.protoc", f"-I{PROTO_ROOT}", f"-I{include}", f"--python_out={out}", f"--pyi_out={out}",
-            f"--grpc_python_out={out}", *protos]
+    args = [
+        "grpc_tools.protoc",
+        f"-I{PROTO_ROOT}",
+        f"-I{include}",
+        f"--python_out={out}",
+        f"--pyi_out={out}",
+        f"--grpc_python_out={out}",
+        *protos,
+    ]
     if protoc.main(args) != 0:
         raise SystemExit(f"protoc failed on {protos}")
     return sorted(p.relative_to(out) for p in out.rglob("*") if p.name.endswith(SUFFIXES))
@@ -36,8 +43,9 @@ def generate(out: Path) -> list[Path]:
 
 def committed() -> list[Path]:
     package_dirs = {ROOT / p.parent for p in (x.relative_to(PROTO_ROOT) for x in PROTO_ROOT.rglob("*.proto"))}
-    return sorted(p.relative_to(ROOT) for d in package_dirs if d.is_dir() for p in d.iterdir()
-                  if p.name.endswith(SUFFIXES))
+    return sorted(
+        p.relative_to(ROOT) for d in package_dirs if d.is_dir() for p in d.iterdir() if p.name.endswith(SUFFIXES)
+    )
 
 
 def check() -> int:

@@ -26,8 +26,14 @@ ARCHIVE_MANIFEST = "archive.json"
 RECORDS_PER_FILE = 500_000
 
 
-def archive(bootstrap: str, topic: str, out: str | Path, *, records_per_file: int = RECORDS_PER_FILE,
-            progress: Callable[[str], None] | None = None) -> dict:
+def archive(
+    bootstrap: str,
+    topic: str,
+    out: str | Path,
+    *,
+    records_per_file: int = RECORDS_PER_FILE,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
     out = Path(out)
     if out.exists():
         raise SnapshotError(f"{out} exists: an archive is written into a new directory")
@@ -52,14 +58,28 @@ def archive(bootstrap: str, topic: str, out: str | Path, *, records_per_file: in
                 path = tmp / f"records-{mp:05d}-{chunk[0]['offset']:020d}.avro"
                 with path.open("wb") as f:
                     fastavro.writer(f, ARCHIVE_SCHEMA, chunk, codec="deflate")
-                files.append({"name": path.name, "partition": mp, "first": chunk[0]["offset"],
-                              "last": chunk[-1]["offset"], "records": len(chunk), "sha256": _sha256(path)})
+                files.append(
+                    {
+                        "name": path.name,
+                        "partition": mp,
+                        "first": chunk[0]["offset"],
+                        "last": chunk[-1]["offset"],
+                        "records": len(chunk),
+                        "sha256": _sha256(path),
+                    }
+                )
                 if progress:
                     progress(f"partition {mp}: {chunk[-1]['offset'] + 1}/{ends[mp]}")
                 if len(chunk) < records_per_file:
                     break
-        manifest = {"format": "rlmm-archive", "format_version": 1, "topic": topic, "num_partitions": partitions,
-                    "end_offsets": {str(k): v for k, v in sorted(ends.items())}, "files": files}
+        manifest = {
+            "format": "rlmm-archive",
+            "format_version": 1,
+            "topic": topic,
+            "num_partitions": partitions,
+            "end_offsets": {str(k): v for k, v in sorted(ends.items())},
+            "files": files,
+        }
         (tmp / ARCHIVE_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         os.replace(tmp, out)
         return manifest
@@ -68,8 +88,12 @@ def archive(bootstrap: str, topic: str, out: str | Path, *, records_per_file: in
         raise
 
 
-def write_archive(out: str | Path, events: list[tuple[int, int, bytes | None]], num_partitions_: int,
-                  topic: str = "__remote_log_metadata") -> dict:
+def write_archive(
+    out: str | Path,
+    events: list[tuple[int, int, bytes | None]],
+    num_partitions_: int,
+    topic: str = "__remote_log_metadata",
+) -> dict:
     """An archive of given records (tests and benchmarks)."""
     out = Path(out)
     out.mkdir(parents=True)
@@ -82,11 +106,25 @@ def write_archive(out: str | Path, events: list[tuple[int, int, bytes | None]], 
         path = out / f"records-{mp:05d}-{chunk[0]['offset']:020d}.avro"
         with path.open("wb") as f:
             fastavro.writer(f, ARCHIVE_SCHEMA, chunk, codec="null")
-        files.append({"name": path.name, "partition": mp, "first": chunk[0]["offset"], "last": chunk[-1]["offset"],
-                      "records": len(chunk), "sha256": _sha256(path)})
+        files.append(
+            {
+                "name": path.name,
+                "partition": mp,
+                "first": chunk[0]["offset"],
+                "last": chunk[-1]["offset"],
+                "records": len(chunk),
+                "sha256": _sha256(path),
+            }
+        )
     ends = {mp: max(r["offset"] for r in rs) + 1 for mp, rs in by_mp.items()}
-    manifest = {"format": "rlmm-archive", "format_version": 1, "topic": topic, "num_partitions": num_partitions_,
-                "end_offsets": {str(k): ends.get(k, 0) for k in range(num_partitions_)}, "files": files}
+    manifest = {
+        "format": "rlmm-archive",
+        "format_version": 1,
+        "topic": topic,
+        "num_partitions": num_partitions_,
+        "end_offsets": {str(k): ends.get(k, 0) for k in range(num_partitions_)},
+        "files": files,
+    }
     (out / ARCHIVE_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 

@@ -21,12 +21,12 @@ def _progress(quiet: bool):
     def say(message: str) -> None:
         if not quiet:
             click.echo(f"[{time.monotonic() - start:7.1f}s] {message}", err=True)
+
     return say
 
 
 def _kafka_failure(exc: Exception, bootstrap: str, topic: str) -> Failure:
-    return Failure(f"cannot read {topic} from {bootstrap} ({exc}): check --bootstrap-server and that the broker "
-                   f"is up")
+    return Failure(f"cannot read {topic} from {bootstrap} ({exc}): check --bootstrap-server and that the broker is up")
 
 
 def _spark_conf(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -47,16 +47,31 @@ def snapshot() -> None:
 @snapshot.command()
 @click.option("--bootstrap-server", "-b", "bootstrap", help="Read the metadata topic from this Kafka.")
 @click.option("--archive", "archive_dir", type=_DIR, help="Read an `rlmm archive` directory instead of Kafka.")
-@click.option("--topic", default="__remote_log_metadata", show_default=True,
-              help="The metadata topic (remote.log.metadata.topic.name).")
+@click.option(
+    "--topic",
+    default="__remote_log_metadata",
+    show_default=True,
+    help="The metadata topic (remote.log.metadata.topic.name).",
+)
 @click.option("--out", required=True, type=_DIR, help="The new snapshot's directory (must not exist).")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
-@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", callback=lambda _c, _p, v: _spark_conf(v),
-              help="A Spark configuration property (repeatable), as spark-submit's --conf.")
+@click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=lambda _c, _p, v: _spark_conf(v),
+    help="A Spark configuration property (repeatable), as spark-submit's --conf.",
+)
 @click.option("--from", "base_dir", type=_DIR, help="An older snapshot: fold only the records after its offsets.")
-@click.option("--split", type=click.IntRange(min=1), default=250_000, show_default=True,
-              help="Records per Kafka input partition of an incremental build (--from); a full build reads "
-                   "each metadata partition in one task.")
+@click.option(
+    "--split",
+    type=click.IntRange(min=1),
+    default=250_000,
+    show_default=True,
+    help="Records per Kafka input partition of an incremental build (--from); a full build reads "
+    "each metadata partition in one task.",
+)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, quiet) -> None:
     """Rebuild a snapshot with Spark from the topic (end offsets fixed at start) or an archive."""
@@ -68,12 +83,15 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
         from snapshots.job import build as run
         from snapshots.job import spark_session
     except ImportError as exc:
-        raise Failure(f"rlmm snapshot build needs Spark ({exc}): pip install 'rlmm[spark]' (and a Java runtime); "
-                      f"restore, export and verify do not") from None
+        raise Failure(
+            f"rlmm snapshot build needs Spark ({exc}): pip install 'rlmm[spark]' (and a Java runtime); "
+            f"restore, export and verify do not"
+        ) from None
     from confluent_kafka import KafkaException
 
     from snapshots.interrupt import cancel_on_interrupt
     from snapshots.preflight import check_build_inputs
+
     try:
         check_build_inputs(out, bootstrap=bootstrap, topic=topic, archive_dir=archive_dir, base_dir=base_dir)
     except SnapshotError as exc:
@@ -90,8 +108,16 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
     try:
         with cancel_on_interrupt(spark) as interrupted:
             try:
-                manifest = run(spark, out, bootstrap=bootstrap, topic=topic, archive_dir=archive_dir,
-                               base_dir=base_dir, split=split, progress=say)
+                manifest = run(
+                    spark,
+                    out,
+                    bootstrap=bootstrap,
+                    topic=topic,
+                    archive_dir=archive_dir,
+                    base_dir=base_dir,
+                    split=split,
+                    progress=say,
+                )
             except Exception:
                 if interrupted.is_set():
                     click.echo("interrupted: Spark's jobs cancelled, nothing written", err=True)
@@ -104,8 +130,11 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
     finally:
         if owned:
             spark.stop()
-    click.echo(json.dumps({"snapshot": str(out), "counts": manifest["counts"],
-                           "metadata_offsets": manifest["metadata_offsets"]}))
+    click.echo(
+        json.dumps(
+            {"snapshot": str(out), "counts": manifest["counts"], "metadata_offsets": manifest["metadata_offsets"]}
+        )
+    )
 
 
 @snapshot.command()
@@ -115,6 +144,7 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
 def restore(snapshot_dir, db, quiet) -> None:
     """Build a fresh view from a snapshot; `rlmm serve` then tails the topic from its offsets."""
     from snapshots.restore import restore as run
+
     start = time.monotonic()
     try:
         with view_errors(db):
@@ -129,32 +159,50 @@ def restore(snapshot_dir, db, quiet) -> None:
 @snapshot.command()
 @click.option("--view", "db", required=True, type=_DIR, help="The view (may be in use by a running service).")
 @click.option("--out", required=True, type=_DIR, help="The new snapshot's directory (must not exist).")
-@click.option("--num-partitions", type=click.IntRange(min=1), default=50, show_default=True,
-              help="The metadata topic's partition count (remote.log.metadata.topic.num.partitions).")
-@click.option("--topic", default="__remote_log_metadata", show_default=True,
-              help="The metadata topic (remote.log.metadata.topic.name).")
+@click.option(
+    "--num-partitions",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="The metadata topic's partition count (remote.log.metadata.topic.num.partitions).",
+)
+@click.option(
+    "--topic",
+    default="__remote_log_metadata",
+    show_default=True,
+    help="The metadata topic (remote.log.metadata.topic.name).",
+)
 def export(db, out, num_partitions, topic) -> None:
     """Write a snapshot of a view from a consistent point in time, without Spark."""
     from snapshots.restore import export as run
+
     try:
         with view_errors(db):
             manifest = run(db, out, num_partitions, topic)
     except (SnapshotError, ValueError) as exc:
         raise Failure(str(exc)) from None
-    click.echo(json.dumps({"snapshot": str(out), "counts": manifest["counts"],
-                           "metadata_offsets": manifest["metadata_offsets"]}))
+    click.echo(
+        json.dumps(
+            {"snapshot": str(out), "counts": manifest["counts"], "metadata_offsets": manifest["metadata_offsets"]}
+        )
+    )
 
 
 @snapshot.command()
 @click.argument("snapshot_dir", type=_DIR)
 @click.option("--view", "db", required=True, type=_DIR, help="The view (may be in use by a running service).")
-@click.option("--json", "as_json", is_flag=True,
-              help='Print one JSON object {"differences": N, "details": [...]} instead of one line per difference.')
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print one JSON object {"differences": N, "details": [...]} instead of one line per difference.',
+)
 def verify(snapshot_dir, db, as_json) -> None:
     """Compare a snapshot with a view; print every difference, then {"differences": N}.
 
     Exit code 1 if there is any difference (or the snapshot or the view cannot be read)."""
     from snapshots.restore import verify as run
+
     try:
         with view_errors(db):
             diffs = run(snapshot_dir, db)
@@ -171,22 +219,35 @@ def verify(snapshot_dir, db, as_json) -> None:
 
 @click.command()
 @click.option("--bootstrap-server", "-b", "bootstrap", required=True, help="The Kafka to read the topic from.")
-@click.option("--topic", default="__remote_log_metadata", show_default=True,
-              help="The metadata topic (remote.log.metadata.topic.name).")
+@click.option(
+    "--topic",
+    default="__remote_log_metadata",
+    show_default=True,
+    help="The metadata topic (remote.log.metadata.topic.name).",
+)
 @click.option("--out", required=True, type=_DIR, help="The new archive's directory (must not exist).")
-@click.option("--records-per-file", type=click.IntRange(min=1), default=500_000, show_default=True,
-              help="Records per Avro file.")
+@click.option(
+    "--records-per-file", type=click.IntRange(min=1), default=500_000, show_default=True, help="Records per Avro file."
+)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 def archive(bootstrap, topic, out, records_per_file, quiet) -> None:
     """Copy the raw records of the metadata topic (value, partition, offset, timestamp) into Avro files."""
     from confluent_kafka import KafkaException
 
     from snapshots.archive import archive as run
+
     try:
         manifest = run(bootstrap, topic, out, records_per_file=records_per_file, progress=_progress(quiet))
     except (SnapshotError, ValueError, TimeoutError) as exc:
         raise Failure(str(exc)) from None
     except KafkaException as exc:
         raise _kafka_failure(exc, bootstrap, topic) from None
-    click.echo(json.dumps({"archive": str(out), "files": len(manifest["files"]),
-                           "records": sum(f["records"] for f in manifest["files"])}))
+    click.echo(
+        json.dumps(
+            {
+                "archive": str(out),
+                "files": len(manifest["files"]),
+                "records": sum(f["records"] for f in manifest["files"]),
+            }
+        )
+    )

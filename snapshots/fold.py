@@ -83,8 +83,13 @@ class PartitionFold:
         return state
 
 
-def fold_partition(tp: TopicIdPartition, records: Iterable[tuple[int, bytes]], base: PartitionState | None = None,
-                   *, ready: bool = True) -> PartitionState:
+def fold_partition(
+    tp: TopicIdPartition,
+    records: Iterable[tuple[int, bytes]],
+    base: PartitionState | None = None,
+    *,
+    ready: bool = True,
+) -> PartitionState:
     """Apply one user partition's records ((offset, value), one metadata partition, any order: they are
     sorted) over ``base``, then mark it ready."""
     fold = PartitionFold(tp, base)
@@ -93,8 +98,9 @@ def fold_partition(tp: TopicIdPartition, records: Iterable[tuple[int, bytes]], b
     return fold.finish(ready=ready)
 
 
-def fold_stream(rows: Iterable[tuple[int, int, bytes | None]]) -> tuple[
-        list[tuple[bytes, PartitionState]], list[QuarantinedRecord]]:
+def fold_stream(
+    rows: Iterable[tuple[int, int, bytes | None]],
+) -> tuple[list[tuple[bytes, PartitionState]], list[QuarantinedRecord]]:
     """Whole metadata partitions' records (metadata partition, offset, value), each partition's in offset
     order, folded as they come: (routing key, state) per user partition and metadata partition, and the
     quarantine. A user partition with records in two metadata partitions comes out twice."""
@@ -112,8 +118,9 @@ def fold_stream(rows: Iterable[tuple[int, int, bytes | None]]) -> tuple[
     return [(key, fold.finish()) for (key, _), fold in folds.items()], quarantine
 
 
-def group_events(events: Iterable[tuple[int, int, bytes | None]]) -> tuple[
-        dict[bytes, list[tuple[int, bytes]]], list[QuarantinedRecord], dict[int, int]]:
+def group_events(
+    events: Iterable[tuple[int, int, bytes | None]],
+) -> tuple[dict[bytes, list[tuple[int, bytes]]], list[QuarantinedRecord], dict[int, int]]:
     """Local (non-Spark) grouping: (per-partition records, quarantine, last offset per metadata partition)."""
     groups: dict[bytes, list[tuple[int, bytes]]] = {}
     quarantine: dict[tuple[int, int], QuarantinedRecord] = {}
@@ -128,10 +135,11 @@ def group_events(events: Iterable[tuple[int, int, bytes | None]]) -> tuple[
     return groups, [quarantine[k] for k in sorted(quarantine)], offsets
 
 
-def fold_local(events: Iterable[tuple[int, int, bytes | None]],
-               base: dict[TopicIdPartition, PartitionState] | None = None,
-               only: set[TopicIdPartition] | None = None) -> tuple[list[PartitionState], list[QuarantinedRecord],
-                                                                     dict[int, int]]:
+def fold_local(
+    events: Iterable[tuple[int, int, bytes | None]],
+    base: dict[TopicIdPartition, PartitionState] | None = None,
+    only: set[TopicIdPartition] | None = None,
+) -> tuple[list[PartitionState], list[QuarantinedRecord], dict[int, int]]:
     """The whole fold without Spark (tests, small topics)."""
     groups, quarantine, offsets = group_events(events)
     base = dict(base or {})

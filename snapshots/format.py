@@ -56,6 +56,7 @@ _SCHEMA_NAMES = {"partition": "rlmm.snapshot.v1.PartitionState", "quarantine": "
 
 # ---- logical state <-> Avro records ----------------------------------------------------------------
 
+
 def _tags(tags) -> list[dict]:
     return [{"path": p, "tag": t, "data": d} for p, t, d in tags]
 
@@ -67,56 +68,111 @@ def _untags(items) -> tuple:
 def state_to_avro(state: PartitionState) -> dict[str, Any]:
     d = state.delete_record
     return {
-        "topic_id": state.tp.topic_id, "topic": state.tp.topic, "partition": state.tp.partition,
-        "assigned": state.assigned, "ready": state.ready, "removed": state.removed,
+        "topic_id": state.tp.topic_id,
+        "topic": state.tp.topic,
+        "partition": state.tp.partition,
+        "assigned": state.assigned,
+        "ready": state.ready,
+        "removed": state.removed,
         "last_applied_offset": state.last_applied_offset,
-        "delete_state": None if d is None else {"broker_id": d.broker_id, "event_timestamp_ms": d.event_timestamp_ms,
-                                                "state": d.state.name, "unknown_tags": _tags(d.unknown_tags)},
-        "segments": [{
-            "segment_id": s.segment_id, "start_offset": s.start_offset, "end_offset": s.end_offset,
-            "broker_id": s.broker_id, "max_timestamp_ms": s.max_timestamp_ms,
-            "event_timestamp_ms": s.event_timestamp_ms,
-            "segment_leader_epochs": [{"leader_epoch": e, "offset": o} for e, o in s.segment_leader_epochs],
-            "segment_size_in_bytes": s.segment_size_in_bytes, "custom_metadata": s.custom_metadata,
-            "remote_log_segment_state": s.state.name, "txn_index_empty": s.txn_index_empty,
-            "unknown_tags": _tags(s.unknown_tags),
-        } for s in state.segments],
-        "epochs": [{
-            "leader_epoch": e.epoch, "highest_offset": e.highest_offset,
-            "referenced": [{"start_offset": o, "segment_id": sid} for o, sid in e.referenced],
-            "unreferenced": list(e.unreferenced),
-        } for e in state.epochs],
+        "delete_state": None
+        if d is None
+        else {
+            "broker_id": d.broker_id,
+            "event_timestamp_ms": d.event_timestamp_ms,
+            "state": d.state.name,
+            "unknown_tags": _tags(d.unknown_tags),
+        },
+        "segments": [
+            {
+                "segment_id": s.segment_id,
+                "start_offset": s.start_offset,
+                "end_offset": s.end_offset,
+                "broker_id": s.broker_id,
+                "max_timestamp_ms": s.max_timestamp_ms,
+                "event_timestamp_ms": s.event_timestamp_ms,
+                "segment_leader_epochs": [{"leader_epoch": e, "offset": o} for e, o in s.segment_leader_epochs],
+                "segment_size_in_bytes": s.segment_size_in_bytes,
+                "custom_metadata": s.custom_metadata,
+                "remote_log_segment_state": s.state.name,
+                "txn_index_empty": s.txn_index_empty,
+                "unknown_tags": _tags(s.unknown_tags),
+            }
+            for s in state.segments
+        ],
+        "epochs": [
+            {
+                "leader_epoch": e.epoch,
+                "highest_offset": e.highest_offset,
+                "referenced": [{"start_offset": o, "segment_id": sid} for o, sid in e.referenced],
+                "unreferenced": list(e.unreferenced),
+            }
+            for e in state.epochs
+        ],
     }
 
 
 def state_from_avro(r: dict[str, Any]) -> PartitionState:
     tp = TopicIdPartition(r["topic_id"], r["topic"], r["partition"])
     d = r["delete_state"]
-    delete = None if d is None else PartitionDelete(tp, d["broker_id"], d["event_timestamp_ms"],
-                                                    PartitionDeleteState[d["state"]], _untags(d["unknown_tags"]))
-    segments = [SegmentMetadata(
-        tp, s["segment_id"], s["start_offset"], s["end_offset"], s["broker_id"], s["max_timestamp_ms"],
-        s["event_timestamp_ms"], tuple((e["leader_epoch"], e["offset"]) for e in s["segment_leader_epochs"]),
-        s["segment_size_in_bytes"], s["custom_metadata"], SegmentState[s["remote_log_segment_state"]],
-        s["txn_index_empty"], _untags(s["unknown_tags"])) for s in r["segments"]]
-    epochs = [EpochState(e["leader_epoch"], e["highest_offset"],
-                         [(x["start_offset"], x["segment_id"]) for x in e["referenced"]], list(e["unreferenced"]))
-              for e in r["epochs"]]
-    return PartitionState(tp, r["assigned"], r["ready"], r["removed"], r["last_applied_offset"], delete, segments,
-                          epochs)
+    delete = (
+        None
+        if d is None
+        else PartitionDelete(
+            tp, d["broker_id"], d["event_timestamp_ms"], PartitionDeleteState[d["state"]], _untags(d["unknown_tags"])
+        )
+    )
+    segments = [
+        SegmentMetadata(
+            tp,
+            s["segment_id"],
+            s["start_offset"],
+            s["end_offset"],
+            s["broker_id"],
+            s["max_timestamp_ms"],
+            s["event_timestamp_ms"],
+            tuple((e["leader_epoch"], e["offset"]) for e in s["segment_leader_epochs"]),
+            s["segment_size_in_bytes"],
+            s["custom_metadata"],
+            SegmentState[s["remote_log_segment_state"]],
+            s["txn_index_empty"],
+            _untags(s["unknown_tags"]),
+        )
+        for s in r["segments"]
+    ]
+    epochs = [
+        EpochState(
+            e["leader_epoch"],
+            e["highest_offset"],
+            [(x["start_offset"], x["segment_id"]) for x in e["referenced"]],
+            list(e["unreferenced"]),
+        )
+        for e in r["epochs"]
+    ]
+    return PartitionState(
+        tp, r["assigned"], r["ready"], r["removed"], r["last_applied_offset"], delete, segments, epochs
+    )
 
 
 def quarantine_to_avro(q: QuarantinedRecord) -> dict[str, Any]:
-    return {"metadata_partition": q.metadata_partition, "offset": q.offset, "reason": q.reason,
-            "kafka_error": q.kafka_error, "kafka_cause": q.kafka_cause, "value": q.value}
+    return {
+        "metadata_partition": q.metadata_partition,
+        "offset": q.offset,
+        "reason": q.reason,
+        "kafka_error": q.kafka_error,
+        "kafka_cause": q.kafka_cause,
+        "value": q.value,
+    }
 
 
 def quarantine_from_avro(r: dict[str, Any]) -> QuarantinedRecord:
-    return QuarantinedRecord(r["metadata_partition"], r["offset"], r["reason"], r["kafka_error"], r["kafka_cause"],
-                             r["value"])
+    return QuarantinedRecord(
+        r["metadata_partition"], r["offset"], r["reason"], r["kafka_error"], r["kafka_cause"], r["value"]
+    )
 
 
 # ---- files ---------------------------------------------------------------------------------------
+
 
 def write_avro_file(path: Path, schema: dict, records: Iterable[dict]) -> dict[str, Any]:
     """Write one container file; returns its manifest entry (name, records, bytes, sha256)."""
@@ -129,8 +185,13 @@ def write_avro_file(path: Path, schema: dict, records: Iterable[dict]) -> dict[s
             yield r
 
     with path.open("wb") as out:
-        fastavro.writer(out, schema, counted(), codec=CODEC,
-                        metadata={"rlmm.format": FORMAT, "rlmm.format_version": str(FORMAT_VERSION)})
+        fastavro.writer(
+            out,
+            schema,
+            counted(),
+            codec=CODEC,
+            metadata={"rlmm.format": FORMAT, "rlmm.format_version": str(FORMAT_VERSION)},
+        )
     return {"name": path.name, "records": count, "bytes": path.stat().st_size, "sha256": _sha256(path)}
 
 
@@ -159,19 +220,34 @@ class Manifest:
     created_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        data = {"format": FORMAT, "format_version": FORMAT_VERSION, "topic": self.topic,
-                "num_metadata_partitions": self.num_metadata_partitions,
-                "metadata_offsets": {str(k): v for k, v in sorted(self.metadata_offsets.items())},
-                "partition_files": self.partition_files, "quarantine_file": self.quarantine_file,
-                "counts": self.counts, "source": self.source, "created_at": self.created_at}
+        data = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "topic": self.topic,
+            "num_metadata_partitions": self.num_metadata_partitions,
+            "metadata_offsets": {str(k): v for k, v in sorted(self.metadata_offsets.items())},
+            "partition_files": self.partition_files,
+            "quarantine_file": self.quarantine_file,
+            "counts": self.counts,
+            "source": self.source,
+            "created_at": self.created_at,
+        }
         data["manifest_sha256"] = _manifest_checksum(data)
         return data
 
 
-def write_snapshot(directory: str | Path, states: Iterable[PartitionState], quarantine: Iterable[QuarantinedRecord],
-                   metadata_offsets: dict[int, int], num_metadata_partitions: int, *, topic: str | None = None,
-                   source: dict[str, Any] | None = None, partition_files: list[dict] | None = None,
-                   staging: Path | None = None) -> Manifest:
+def write_snapshot(
+    directory: str | Path,
+    states: Iterable[PartitionState],
+    quarantine: Iterable[QuarantinedRecord],
+    metadata_offsets: dict[int, int],
+    num_metadata_partitions: int,
+    *,
+    topic: str | None = None,
+    source: dict[str, Any] | None = None,
+    partition_files: list[dict] | None = None,
+    staging: Path | None = None,
+) -> Manifest:
     """Write a snapshot. ``partition_files`` (already written into ``staging`` by the Spark tasks)
     replaces ``states``."""
     directory = Path(directory)
@@ -194,11 +270,21 @@ def write_snapshot(directory: str | Path, states: Iterable[PartitionState], quar
             if chunk or not partition_files:
                 partition_files.append(partition_file_entry(tmp / f"partitions-{len(partition_files):05d}.avro", chunk))
         qfile = write_avro_file(tmp / QUARANTINE_FILE, QUARANTINE_SCHEMA, (quarantine_to_avro(q) for q in quarantine))
-        counts = {"partitions": sum(f["records"] for f in partition_files),
-                  "segments": sum(f.get("segments", 0) for f in partition_files),
-                  "quarantined": qfile["records"]}
-        manifest = Manifest(dict(metadata_offsets), num_metadata_partitions, partition_files, qfile, counts, topic,
-                            source or {}, time.time())
+        counts = {
+            "partitions": sum(f["records"] for f in partition_files),
+            "segments": sum(f.get("segments", 0) for f in partition_files),
+            "quarantined": qfile["records"],
+        }
+        manifest = Manifest(
+            dict(metadata_offsets),
+            num_metadata_partitions,
+            partition_files,
+            qfile,
+            counts,
+            topic,
+            source or {},
+            time.time(),
+        )
         (tmp / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=1, sort_keys=True) + "\n")
         os.replace(tmp, directory)
     except BaseException:
@@ -252,8 +338,10 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise SnapshotError(f"{path}: not an rlmm snapshot manifest")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise SnapshotError(f"{path}: snapshot format version {manifest.get('format_version')!r}, this rlmm reads "
-                            f"version {FORMAT_VERSION}: rebuild the snapshot")
+        raise SnapshotError(
+            f"{path}: snapshot format version {manifest.get('format_version')!r}, this rlmm reads "
+            f"version {FORMAT_VERSION}: rebuild the snapshot"
+        )
     if manifest.get("manifest_sha256") != _manifest_checksum(manifest):
         raise SnapshotError(f"{path}: manifest checksum mismatch (the manifest was altered)")
     return manifest
@@ -279,8 +367,9 @@ def decode_file(path: Path, entry: dict, kind: str) -> list[dict]:
             reader = fastavro.reader(f)
             meta = reader.metadata
             if meta.get("rlmm.format_version") != str(FORMAT_VERSION):
-                raise SnapshotError(f"{path}: format version {meta.get('rlmm.format_version')!r}, expected "
-                                    f"{FORMAT_VERSION}")
+                raise SnapshotError(
+                    f"{path}: format version {meta.get('rlmm.format_version')!r}, expected {FORMAT_VERSION}"
+                )
             name = reader.writer_schema.get("name") if isinstance(reader.writer_schema, dict) else None
             if name != _SCHEMA_NAMES[kind]:
                 raise SnapshotError(f"{path}: schema {name!r}, expected {_SCHEMA_NAMES[kind]}")

@@ -64,9 +64,14 @@ def _arrow_batch(rows: list[tuple[int, int, bytes | None]]):
     import pyarrow as pa
 
     from snapshots.fold import route_key
+
     mps, offsets, values = zip(*rows)
-    columns = [pa.array([route_key(value) for value in values], pa.binary()), pa.array(mps, pa.int32()),
-               pa.array(offsets, pa.int64()), pa.array(values, pa.binary())]
+    columns = [
+        pa.array([route_key(value) for value in values], pa.binary()),
+        pa.array(mps, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array(values, pa.binary()),
+    ]
     return pa.RecordBatch.from_arrays(columns, names=["key", "mp", "offset", "value"])
 
 
@@ -85,14 +90,16 @@ def _folded_batches(rows: Iterator[tuple[int, int, bytes | None]]) -> Iterator:
 
     from snapshots.fold import QUARANTINE_KEY, fold_stream
     from snapshots.format import quarantine_to_avro, state_to_avro
+
     states, quarantine = fold_stream(rows)
     keys = [key for key, _ in states]
     payloads = [pickle.dumps(state_to_avro(state)) for _, state in states]
     if quarantine:
         keys.append(QUARANTINE_KEY)
         payloads.append(pickle.dumps([quarantine_to_avro(q) for q in quarantine]))
-    yield pa.RecordBatch.from_arrays([pa.array(keys, pa.binary()), pa.array(payloads, pa.binary())],
-                                     names=["key", "payload"])
+    yield pa.RecordBatch.from_arrays(
+        [pa.array(keys, pa.binary()), pa.array(payloads, pa.binary())], names=["key", "payload"]
+    )
 
 
 def plan_whole(sizes: dict[int, int], target: int) -> list[list[int]]:
@@ -165,6 +172,7 @@ class _KafkaReader(DataSourceReader):
 
     def read(self, partition: RangePartition) -> Iterator:
         from snapshots.kafka_io import read_ranges
+
         rows = read_ranges(self.bootstrap, self.topic, partition.ranges)
         yield from (_folded_batches if self.fold else _arrow_batches)(rows)
 
@@ -193,6 +201,7 @@ class ArchiveSource(DataSource):
 class _ArchiveReader(DataSourceReader):
     def __init__(self, options) -> None:
         from snapshots.archive import read_archive_manifest
+
         self.path = options["path"]
         self.after = {int(k): v for k, v in json.loads(options.get("after", "{}")).items()}
         self.manifest = read_archive_manifest(self.path)
@@ -200,14 +209,19 @@ class _ArchiveReader(DataSourceReader):
         self.fold = _folds(options)
 
     def partitions(self):
-        files = [(e, self.after.get(e["partition"], -1)) for e in self.manifest["files"]
-                 if e["last"] > self.after.get(e["partition"], -1)]
+        files = [
+            (e, self.after.get(e["partition"], -1))
+            for e in self.manifest["files"]
+            if e["last"] > self.after.get(e["partition"], -1)
+        ]
         if self.fold:  # each metadata partition's files read by one task, in the archive's order
             sizes: dict[int, int] = {}
             for entry, _ in files:
                 sizes[entry["partition"]] = sizes.get(entry["partition"], 0) + entry["records"]
-            return [FilePartition([f for mp in mps for f in files if f[0]["partition"] == mp])
-                    for mps in plan_whole(sizes, self.target)] or [FilePartition([])]
+            return [
+                FilePartition([f for mp in mps for f in files if f[0]["partition"] == mp])
+                for mps in plan_whole(sizes, self.target)
+            ] or [FilePartition([])]
         total = sum(e["records"] for e, _ in files)
         size = max(1, -(-total // self.target))
         parts, current, filled = [], [], 0
@@ -227,6 +241,7 @@ class _ArchiveReader(DataSourceReader):
         def rows():
             for entry, after in partition.entries:
                 yield from read_archive_file(self.path, entry, after)
+
         yield from (_folded_batches if self.fold else _arrow_batches)(rows())
 
 
@@ -254,13 +269,20 @@ def spark_session(master: str = "local[*]", app: str = "rlmm-snapshot", conf: di
     if on_loopback(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM's own choice of address, before the conf
     from pyspark.sql import SparkSession
-    builder = (SparkSession.builder.master(master).appName(app)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "8")
-               .config("spark.python.worker.reuse", "true"))
-    for k, v in {**(LOCAL_CONF if master.startswith("local") else {}), **(LOOPBACK_CONF if on_loopback(master) else {}),
-                 **(conf or {})}.items():
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.python.worker.reuse", "true")
+    )
+    for k, v in {
+        **(LOCAL_CONF if master.startswith("local") else {}),
+        **(LOOPBACK_CONF if on_loopback(master) else {}),
+        **(conf or {}),
+    }.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -277,6 +299,7 @@ def _fold_group(records, bases):
     from rlmm.state import keys as K
     from snapshots.fold import QUARANTINE_KEY, fold_partition, quarantined
     from snapshots.format import quarantine_to_avro, state_from_avro, state_to_avro
+
     key = (records if records.num_rows else bases).column("key")[0].as_py()
     base = bases.column("payload")[0].as_py() if bases.num_rows else None
     if key == QUARANTINE_KEY:  # the undecodable records, all in one group (few)
@@ -285,9 +308,11 @@ def _fold_group(records, bases):
     elif not records.num_rows:
         payload = base
     else:
-        state = fold_partition(K.tp_from_identity(key[1:]),
-                               zip(records.column("offset").to_pylist(), records.column("value").to_pylist()),
-                               state_from_avro(pickle.loads(base)) if base is not None else None)
+        state = fold_partition(
+            K.tp_from_identity(key[1:]),
+            zip(records.column("offset").to_pylist(), records.column("value").to_pylist()),
+            state_from_avro(pickle.loads(base)) if base is not None else None,
+        )
         payload = pickle.dumps(state_to_avro(state))
     return pa.table({"key": pa.array([key], pa.binary()), "payload": pa.array([payload], pa.binary())})
 
@@ -296,6 +321,7 @@ def _writer(staging: str):
     def write(index: int, rows: Iterator) -> Iterator[dict]:
         from snapshots.fold import QUARANTINE_KEY
         from snapshots.format import PARTITION_SCHEMA, write_avro_file
+
         records = []
         for key, payload in rows:
             value = pickle.loads(payload)
@@ -307,10 +333,12 @@ def _writer(staging: str):
             return
         records.sort(key=lambda kv: kv[0])
         segments = sum(len(r["segments"]) for _, r in records)
-        entry = write_avro_file(Path(staging) / f"partitions-{index:05d}.avro", PARTITION_SCHEMA,
-                                (r for _, r in records))
+        entry = write_avro_file(
+            Path(staging) / f"partitions-{index:05d}.avro", PARTITION_SCHEMA, (r for _, r in records)
+        )
         entry["segments"] = segments
         yield {"file": entry, "keys": [key for key, _ in records]}
+
     return write
 
 
@@ -319,12 +347,15 @@ def _refuse_split_partitions(keys: list[bytes]) -> None:
     of a partition's records in one): their order cannot be known, so no snapshot is written."""
     from rlmm.state import keys as K
     from snapshots.format import SnapshotError
+
     seen: set[bytes] = set()
     for key in keys:
         if key in seen:
             tp = K.tp_from_identity(key[1:])
-            raise SnapshotError(f"user partition {tp.topic}-{tp.partition} has records in more than one metadata "
-                                f"partition: their order cannot be known, so no snapshot is written")
+            raise SnapshotError(
+                f"user partition {tp.topic}-{tp.partition} has records in more than one metadata "
+                f"partition: their order cannot be known, so no snapshot is written"
+            )
         seen.add(key)
 
 
@@ -353,9 +384,17 @@ class _Progress:
         self._stop.set()
 
 
-def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = "__remote_log_metadata",
-          archive_dir: str | Path | None = None, base_dir: str | Path | None = None, split: int = DEFAULT_SPLIT,
-          progress: Callable[[str], None] | None = None) -> dict:
+def build(
+    spark,
+    out: str | Path,
+    *,
+    bootstrap: str | None = None,
+    topic: str = "__remote_log_metadata",
+    archive_dir: str | Path | None = None,
+    base_dir: str | Path | None = None,
+    split: int = DEFAULT_SPLIT,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
     """Build a snapshot into ``out`` from the topic (``bootstrap``) or an archive, optionally on top of an
     older snapshot (``base_dir``: only records after its offsets are read). Returns the manifest."""
     from rlmm.state.keys import tp_identity
@@ -363,6 +402,7 @@ def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = 
     from snapshots.format import SnapshotError, quarantine_from_avro, read_snapshot, state_to_avro, write_snapshot
     from snapshots.preflight import check_build_inputs
     from snapshots.staging import staging_path
+
     say = progress or (lambda _: None)
     out = Path(out)
     if (bootstrap is None) == (archive_dir is None):
@@ -374,31 +414,49 @@ def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = 
     fold = "true" if base is None else "false"  # a full build folds in the reading tasks
     if bootstrap is not None:
         from snapshots.kafka_io import end_offsets, num_partitions
+
         partitions = num_partitions(bootstrap, topic)
         ends = end_offsets(bootstrap, topic, partitions)
         ranges = {mp: [after.get(mp, -1) + 1, end] for mp, end in ends.items() if end > after.get(mp, -1) + 1}
-        say(f"topic {topic}: {partitions} partitions, reading {sum(e - s for s, e in ranges.values())} records "
-            f"up to end offsets fixed now")
-        df = (spark.read.format("rlmm_kafka").option("bootstrap", bootstrap).option("topic", topic)
-              .option("ranges", json.dumps(ranges)).option("split", str(split))
-              .option("target_partitions", str(target)).option("fold", fold).load())
+        say(
+            f"topic {topic}: {partitions} partitions, reading {sum(e - s for s, e in ranges.values())} records "
+            f"up to end offsets fixed now"
+        )
+        df = (
+            spark.read.format("rlmm_kafka")
+            .option("bootstrap", bootstrap)
+            .option("topic", topic)
+            .option("ranges", json.dumps(ranges))
+            .option("split", str(split))
+            .option("target_partitions", str(target))
+            .option("fold", fold)
+            .load()
+        )
         last = {mp: end - 1 for mp, end in ends.items() if end > 0}
         source = {"kind": "kafka", "bootstrap": bootstrap, "topic": topic}
     else:
         from snapshots.archive import read_archive_manifest
+
         manifest = read_archive_manifest(archive_dir)
         topic, partitions = manifest["topic"], manifest["num_partitions"]
         last = {}
         for entry in manifest["files"]:
             last[entry["partition"]] = max(last.get(entry["partition"], -1), entry["last"])
         say(f"archive {archive_dir}: {len(manifest['files'])} files")
-        df = (spark.read.format("rlmm_archive").option("path", str(archive_dir)).option("after", json.dumps(after))
-              .option("target_partitions", str(target)).option("fold", fold).load())
+        df = (
+            spark.read.format("rlmm_archive")
+            .option("path", str(archive_dir))
+            .option("after", json.dumps(after))
+            .option("target_partitions", str(target))
+            .option("fold", fold)
+            .load()
+        )
         source = {"kind": "archive", "path": str(archive_dir), "topic": topic}
     if base is not None:
         if base.num_metadata_partitions != partitions:
-            raise SnapshotError(f"{base_dir} covers {base.num_metadata_partitions} metadata partitions, the input "
-                                f"has {partitions}")
+            raise SnapshotError(
+                f"{base_dir} covers {base.num_metadata_partitions} metadata partitions, the input has {partitions}"
+            )
         source["base"] = str(base_dir)
         for mp, offset in after.items():
             last[mp] = max(last.get(mp, -1), offset)
@@ -411,9 +469,11 @@ def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = 
                 folded = df
             else:  # each user partition's new records grouped with its state in the older snapshot
                 from pyspark.sql.functions import col, lit
+
                 records = df.filter(col("key") != lit(UNROUTABLE_KEY))
-                bases = spark.createDataFrame([(b"p" + tp_identity(s.tp), pickle.dumps(state_to_avro(s)))
-                                               for s in base.states], FOLDED)
+                bases = spark.createDataFrame(
+                    [(b"p" + tp_identity(s.tp), pickle.dumps(state_to_avro(s))) for s in base.states], FOLDED
+                )
                 folded = records.groupBy("key").cogroup(bases.groupBy("key")).applyInArrow(_fold_group, FOLDED)
                 folded = folded.coalesce(max(2, sc.defaultParallelism))
             outputs = folded.rdd.mapPartitionsWithIndex(_writer(str(staging))).collect()
@@ -427,9 +487,17 @@ def build(spark, out: str | Path, *, bootstrap: str | None = None, topic: str = 
         for row in quarantine_rows:
             q = quarantine_from_avro(row)
             quarantine[(q.metadata_partition, q.offset)] = q
-        manifest = write_snapshot(out, (), [quarantine[k] for k in sorted(quarantine)], last, partitions,
-                                  topic=topic, source=source, partition_files=sorted(files, key=lambda f: f["name"]),
-                                  staging=staging)
+        manifest = write_snapshot(
+            out,
+            (),
+            [quarantine[k] for k in sorted(quarantine)],
+            last,
+            partitions,
+            topic=topic,
+            source=source,
+            partition_files=sorted(files, key=lambda f: f["name"]),
+            staging=staging,
+        )
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -26,9 +26,16 @@ class _DebugLog:
 
 
 def _consumer(bootstrap: str, extra: dict | None = None) -> Consumer:
-    conf = {"bootstrap.servers": bootstrap, "group.id": f"rlmm-snapshot-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 10, "socket.timeout.ms": 10000, "logger": _DebugLog()}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"rlmm-snapshot-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 10,
+        "socket.timeout.ms": 10000,
+        "logger": _DebugLog(),
+    }
     conf.update(extra or {})
     return Consumer(conf)
 
@@ -68,14 +75,21 @@ def end_offsets(bootstrap: str, topic: str, partitions: int, timeout: float = 60
         consumer.close()
 
 
-def read_range(bootstrap: str, topic: str, mp: int, start: int, end: int, *, with_timestamp: bool = False,
-               timeout: float = 120.0) -> Iterator[tuple]:
+def read_range(
+    bootstrap: str, topic: str, mp: int, start: int, end: int, *, with_timestamp: bool = False, timeout: float = 120.0
+) -> Iterator[tuple]:
     """Records of one partition with ``start <= offset < end``: (partition, offset, value[, timestamp])."""
     return read_ranges(bootstrap, topic, [(mp, start, end)], with_timestamp=with_timestamp, timeout=timeout)
 
 
-def read_ranges(bootstrap: str, topic: str, ranges: list[tuple[int, int, int]], *, with_timestamp: bool = False,
-                timeout: float = 120.0) -> Iterator[tuple]:
+def read_ranges(
+    bootstrap: str,
+    topic: str,
+    ranges: list[tuple[int, int, int]],
+    *,
+    with_timestamp: bool = False,
+    timeout: float = 120.0,
+) -> Iterator[tuple]:
     """Records of every (partition, start, end) range with ``start <= offset < end``, through one consumer:
     (partition, offset, value[, timestamp]), each partition's in offset order, partitions interleaved."""
     pending = {mp: (start, end) for mp, start, end in ranges if end > start}

@@ -57,6 +57,7 @@ def _partition_rows(job: tuple) -> dict:
     from rocksdict import Options, SstFileWriter
 
     from snapshots.format import decode_file, state_from_avro
+
     kv = _CollectKV()
     index = first_index
     segments = 0
@@ -80,17 +81,18 @@ def _partition_rows(job: tuple) -> dict:
             writer[k] = v
         writer.finish()
         ssts[cf] = path
-    return {"ssts": ssts, "small": small, "partitions": index - first_index, "segments": segments,
-            "rows": kv.count}
+    return {"ssts": ssts, "small": small, "partitions": index - first_index, "segments": segments, "rows": kv.count}
 
 
-def restore(snapshot_dir: str | Path, db: str | Path, progress: Callable[[str], None] | None = None,
-            workers: int | None = None) -> dict:
+def restore(
+    snapshot_dir: str | Path, db: str | Path, progress: Callable[[str], None] | None = None, workers: int | None = None
+) -> dict:
     """Build a fresh view at ``db`` from a snapshot, by bulk ingest: worker processes (one per core) turn
     runs of partition files into sorted SST files that RocksDB ingests as they are. Every file is checked
     (size, SHA-256, schema, counts) before the view appears; the view is built beside ``db`` and renamed
     into place, so a refused snapshot leaves nothing behind."""
     from snapshots.format import check_file, decode_file, quarantine_from_avro, read_manifest
+
     db = Path(db)
     snapshot_dir = Path(snapshot_dir)
     if db.exists() and any(db.iterdir()):
@@ -126,12 +128,16 @@ def restore(snapshot_dir: str | Path, db: str | Path, progress: Callable[[str], 
             first += sum(f["records"] for f in run)
         if workers > 1:
             import multiprocessing
+
             with multiprocessing.get_context("fork").Pool(workers) as pool:
                 results = pool.map(_partition_rows, jobs)
         else:
             results = [_partition_rows(job) for job in jobs]
-        counts = {"partitions": sum(r["partitions"] for r in results), "segments": sum(r["segments"] for r in results),
-                  "quarantined": len(quarantine)}
+        counts = {
+            "partitions": sum(r["partitions"] for r in results),
+            "segments": sum(r["segments"] for r in results),
+            "quarantined": len(quarantine),
+        }
         if counts != manifest.get("counts"):
             raise SnapshotError(f"{snapshot_dir}: counts {counts} differ from the manifest's {manifest.get('counts')}")
         if progress:
@@ -169,8 +175,13 @@ def restore(snapshot_dir: str | Path, db: str | Path, progress: Callable[[str], 
     rows = sum(r["rows"] for r in results)
     if progress:
         progress(f"{rows} rows ingested")
-    return {"partitions": counts["partitions"], "segments": counts["segments"], "rows": rows,
-            "metadata_offsets": offsets, "quarantined": len(quarantine)}
+    return {
+        "partitions": counts["partitions"],
+        "segments": counts["segments"],
+        "rows": rows,
+        "metadata_offsets": offsets,
+        "quarantined": len(quarantine),
+    }
 
 
 def export(view_path: str | Path, out: str | Path, num_metadata_partitions: int, topic: str | None = None) -> dict:
@@ -182,8 +193,15 @@ def export(view_path: str | Path, out: str | Path, num_metadata_partitions: int,
         states = [partition_state(kv, tp) for tp in partitions(kv)]
         quarantine = list(view.quarantine())
         offsets = view.metadata_offsets()
-    manifest = write_snapshot(out, states, quarantine, offsets, num_metadata_partitions, topic=topic,
-                              source={"kind": "export", "view": str(view_path)})
+    manifest = write_snapshot(
+        out,
+        states,
+        quarantine,
+        offsets,
+        num_metadata_partitions,
+        topic=topic,
+        source={"kind": "export", "view": str(view_path)},
+    )
     return manifest.to_json()
 
 
@@ -232,14 +250,17 @@ def verify(snapshot_dir: str | Path, db: str | Path) -> list[str]:
                 diffs.append(f"{name}: in the view, not in the snapshot")
             elif _rows(restored, tp) != _rows(kv, tp):
                 details = _describe_state(partition_state(restored, tp), partition_state(kv, tp)) or [
-                    "derived index rows differ"]
+                    "derived index rows differ"
+                ]
                 diffs.extend(f"{name}: {d}" for d in details)
         offsets = view.metadata_offsets()
         if offsets != snapshot.metadata_offsets:
             for mp in sorted(offsets.keys() | snapshot.metadata_offsets.keys()):
                 if offsets.get(mp) != snapshot.metadata_offsets.get(mp):
-                    diffs.append(f"metadata partition {mp}: snapshot offset {snapshot.metadata_offsets.get(mp)}, "
-                                 f"view offset {offsets.get(mp)}")
+                    diffs.append(
+                        f"metadata partition {mp}: snapshot offset {snapshot.metadata_offsets.get(mp)}, "
+                        f"view offset {offsets.get(mp)}"
+                    )
         vq = {(q.metadata_partition, q.offset): q for q in view.quarantine()}
         sq = {(q.metadata_partition, q.offset): q for q in snapshot.quarantine}
         for key in sorted(vq.keys() | sq.keys()):

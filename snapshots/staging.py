@@ -27,7 +27,7 @@ def staging_path(target: Path, kind: str) -> Path:
     prefix = f"{target.name}.{kind}-"
     if target.parent.is_dir():
         for stale in target.parent.glob(f"{prefix}*"):
-            pid = stale.name[len(prefix):]
+            pid = stale.name[len(prefix) :]
             if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
                 log.warning("removing %s, left by process %s which no longer runs", stale, pid)
                 shutil.rmtree(stale, ignore_errors=True)

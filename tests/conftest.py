@@ -27,7 +27,13 @@ def rlmm_config(kafka) -> Callable[..., RlmmConfig]:
     """``rlmm_config(num_partitions=3, **settings)``: a configuration with a topic of its own."""
 
     def make(num_partitions: int = 3, **settings) -> RlmmConfig:
-        return RlmmConfig(kafka.bootstrap_servers, topic=f"rlmm-test-{uuid.uuid4().hex[:12]}",
-                          num_partitions=num_partitions, replication_factor=1, min_insync_replicas=1, **settings)
+        return RlmmConfig(
+            kafka.bootstrap_servers,
+            topic=f"rlmm-test-{uuid.uuid4().hex[:12]}",
+            num_partitions=num_partitions,
+            replication_factor=1,
+            min_insync_replicas=1,
+            **settings,
+        )
 
     return make

@@ -36,10 +36,19 @@ def new_tp(topic: str = "payments", partition: int = 0) -> TopicIdPartition:
     return TopicIdPartition(os.urandom(16), topic, partition)
 
 
-def segment(tp: TopicIdPartition, start: int, end: int, epoch: int = 0, *, txn_empty: bool = True,
-            state: SegmentState = SegmentState.COPY_SEGMENT_STARTED, custom: bytes | None = None) -> SegmentMetadata:
-    return SegmentMetadata(tp, os.urandom(16), start, end, 1, TS + end, TS, ((epoch, start),), 1000 + end - start,
-                           custom, state, txn_empty)
+def segment(
+    tp: TopicIdPartition,
+    start: int,
+    end: int,
+    epoch: int = 0,
+    *,
+    txn_empty: bool = True,
+    state: SegmentState = SegmentState.COPY_SEGMENT_STARTED,
+    custom: bytes | None = None,
+) -> SegmentMetadata:
+    return SegmentMetadata(
+        tp, os.urandom(16), start, end, 1, TS + end, TS, ((epoch, start),), 1000 + end - start, custom, state, txn_empty
+    )
 
 
 def finished(seg: SegmentMetadata) -> SegmentUpdate:
@@ -50,8 +59,14 @@ def partition_delete(tp: TopicIdPartition, state: PartitionDeleteState) -> Parti
     return PartitionDelete(tp, 1, TS + 2, state)
 
 
-def fill_view(view: View, tp: TopicIdPartition, segments: list[SegmentMetadata], *, ready: bool = True,
-              metadata_partition: int = 0) -> None:
+def fill_view(
+    view: View,
+    tp: TopicIdPartition,
+    segments: list[SegmentMetadata],
+    *,
+    ready: bool = True,
+    metadata_partition: int = 0,
+) -> None:
     """Register ``tp`` in a view without Kafka and apply the segments as finished."""
     offset = max(view.metadata_offsets().get(metadata_partition, -1) + 1, 0)
     with view.batch() as batch:
@@ -65,8 +80,14 @@ def fill_view(view: View, tp: TopicIdPartition, segments: list[SegmentMetadata],
 
 
 def kafka_config(bootstrap_servers: str, num_partitions: int = 3, **settings) -> RlmmConfig:
-    return RlmmConfig(bootstrap_servers, topic=f"rlmm-grpc-{uuid.uuid4().hex[:12]}", num_partitions=num_partitions,
-                      replication_factor=1, min_insync_replicas=1, **settings)
+    return RlmmConfig(
+        bootstrap_servers,
+        topic=f"rlmm-grpc-{uuid.uuid4().hex[:12]}",
+        num_partitions=num_partitions,
+        replication_factor=1,
+        min_insync_replicas=1,
+        **settings,
+    )
 
 
 def settings(view_dir: Path, **values) -> ServeSettings:
@@ -87,8 +108,9 @@ def running_server(view: View, manager: RemoteLogMetadataManager | None = None, 
 
 
 @contextmanager
-def served(tmp: Path, bootstrap_servers: str | None, partitions=(), config: RlmmConfig | None = None,
-           **values) -> Iterator[tuple[RlmmServer, RemoteLogMetadataManager | None, View]]:
+def served(
+    tmp: Path, bootstrap_servers: str | None, partitions=(), config: RlmmConfig | None = None, **values
+) -> Iterator[tuple[RlmmServer, RemoteLogMetadataManager | None, View]]:
     """A view in ``tmp``, a manager on the broker (unless ``bootstrap_servers`` is None), and a server."""
     with View(tmp / "view") as view:
         manager = None

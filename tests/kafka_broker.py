@@ -45,8 +45,10 @@ class DockerKafka:
         try:
             self.container = DockerContainer(image).with_bind_ports(9092, self.port)
         except Exception as exc:  # docker.errors.DockerException when no engine answers
-            raise BrokerUnavailable(f"{ENV_VAR}=testcontainers, but no Docker engine can be used here: {exc!r}. "
-                                    f"Unset {ENV_VAR} to test against the local Tansu broker.") from exc
+            raise BrokerUnavailable(
+                f"{ENV_VAR}=testcontainers, but no Docker engine can be used here: {exc!r}. "
+                f"Unset {ENV_VAR} to test against the local Tansu broker."
+            ) from exc
         env = {
             "KAFKA_NODE_ID": "1",
             "KAFKA_PROCESS_ROLES": "broker,controller",
@@ -91,8 +93,9 @@ class RawProducer:
         from confluent_kafka import Producer
 
         self.topic = topic
-        self.producer = Producer({"bootstrap.servers": bootstrap_servers, "acks": "all", "enable.idempotence": True,
-                                  "linger.ms": 5})
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap_servers, "acks": "all", "enable.idempotence": True, "linger.ms": 5}
+        )
 
     def produce(self, records: list[tuple[int, bytes | None]]) -> list[int]:
         offsets: list[int | None] = [None] * len(records)
@@ -104,6 +107,7 @@ class RawProducer:
                     errors.append(error)
                 else:
                     offsets[index] = message.offset()
+
             return report
 
         for i, (partition, value) in enumerate(records):

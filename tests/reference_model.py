@@ -99,8 +99,13 @@ class ReferenceModel:
             return ApplyResult("ignored", reason="invalid_transition")
         if u.state is S.COPY_SEGMENT_STARTED:
             return ApplyResult("error", stage="handle", error="IllegalArgumentException")
-        new = replace(existing, broker_id=u.broker_id, event_timestamp_ms=u.event_timestamp_ms,
-                      custom_metadata=u.custom_metadata, state=u.state)
+        new = replace(
+            existing,
+            broker_id=u.broker_id,
+            event_timestamp_ms=u.event_timestamp_ms,
+            custom_metadata=u.custom_metadata,
+            state=u.state,
+        )
         for e, start in new.segment_leader_epochs:
             es = cache.epoch(e)
             if u.state is S.COPY_SEGMENT_FINISHED:
@@ -190,8 +195,16 @@ class ReferenceModel:
 
     def first_segment_with_max_timestamp_at_least(self, tp, epoch, timestamp, starting_offset):
         """RemoteLogManager.findOffsetByTimestamp's scan of one epoch's listing."""
-        return next((s for s in self.list_epoch_segments(tp, epoch) if s.max_timestamp_ms >= timestamp
-                     and s.end_offset >= starting_offset and s.state is S.COPY_SEGMENT_FINISHED), None)
+        return next(
+            (
+                s
+                for s in self.list_epoch_segments(tp, epoch)
+                if s.max_timestamp_ms >= timestamp
+                and s.end_offset >= starting_offset
+                and s.state is S.COPY_SEGMENT_FINISHED
+            ),
+            None,
+        )
 
     def max_timestamp(self, tp):
         finished = [s for s in self._cache(tp).segments.values() if s.state is S.COPY_SEGMENT_FINISHED]

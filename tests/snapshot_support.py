@@ -57,13 +57,21 @@ def ending_in_failure(events, tps, path: Path) -> set[int]:
     return {mp for mp, failing in failed.items() if failing}
 
 
-def workload_events(count: int, seed: int = 3, partitions_: int = 12, metadata_partitions: int = 5,
-                    **overrides) -> tuple[list[tuple[int, int, bytes | None]], list[TopicIdPartition]]:
+def workload_events(
+    count: int, seed: int = 3, partitions_: int = 12, metadata_partitions: int = 5, **overrides
+) -> tuple[list[tuple[int, int, bytes | None]], list[TopicIdPartition]]:
     """A generated stream with leader changes, overlaps, retention, invalid records, redeliveries and
     partition deletions (their shares raised so that small streams have them)."""
-    config = WorkloadConfig(partitions=partitions_, metadata_partitions=metadata_partitions, seed=seed,
-                            retained_segments=6, invalid_share=0.02, redelivery_share=0.02,
-                            partition_delete_share=0.003, **overrides)
+    config = WorkloadConfig(
+        partitions=partitions_,
+        metadata_partitions=metadata_partitions,
+        seed=seed,
+        retained_segments=6,
+        invalid_share=0.02,
+        redelivery_share=0.02,
+        partition_delete_share=0.003,
+        **overrides,
+    )
     workload = Workload(config)
     return [(e.metadata_partition, e.offset, e.value) for e in workload.events(count)], workload.user_partitions()
 
@@ -76,7 +84,7 @@ def live_view(events, tps, path: Path, batch_size: int = 37) -> View:
             batch.assign(tp)
     for i in range(0, len(events), batch_size):
         with view.batch() as batch:
-            for mp, offset, value in events[i:i + batch_size]:
+            for mp, offset, value in events[i : i + batch_size]:
                 batch.apply(mp, offset, value)
     with view.batch() as batch:
         for tp in tps:

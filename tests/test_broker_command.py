@@ -10,8 +10,9 @@ import sys
 
 
 def _run_broker(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rlmm.cli", "broker", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlmm.cli", "broker", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_a_taken_port_is_an_error_not_someone_elses_broker(kafka) -> None:
@@ -47,5 +48,4 @@ def test_the_command_logs_as_json_when_asked() -> None:
             run.kill()
     lines = [json.loads(line) for line in err.splitlines()]
     assert run.returncode == 0 and lines
-    assert any(line["logger"] == "consumers.broker" and f"pid {started['pid']}" in line["message"]
-               for line in lines)
+    assert any(line["logger"] == "consumers.broker" and f"pid {started['pid']}" in line["message"] for line in lines)

@@ -14,25 +14,38 @@ from rlmm.records import TopicIdPartition, uuid_from_str
 
 def test_defaults_are_kafkas() -> None:
     config = RlmmConfig("broker:9092")
-    assert (config.topic, config.num_partitions, config.replication_factor, config.retention_ms,
-            config.consume_wait_ms, config.retry_interval_ms, config.retry_max_timeout_ms) == (
-        "__remote_log_metadata", 50, 3, -1, 120_000, 100, 120_000)
+    assert (
+        config.topic,
+        config.num_partitions,
+        config.replication_factor,
+        config.retention_ms,
+        config.consume_wait_ms,
+        config.retry_interval_ms,
+        config.retry_max_timeout_ms,
+    ) == ("__remote_log_metadata", 50, 3, -1, 120_000, 100, 120_000)
 
 
 def test_properties_use_kafkas_names_and_prefixes() -> None:
-    config = RlmmConfig.from_properties("b:1", {
-        "remote.log.metadata.topic.num.partitions": "8",
-        "remote.log.metadata.topic.replication.factor": "1",
-        "remote.log.metadata.consume.wait.ms": "5000",
-        "remote.log.metadata.consume.all.partitions": "true",
-        "remote.log.metadata.common.client.security.protocol": "PLAINTEXT",
-        "remote.log.metadata.consumer.fetch.wait.max.ms": "100",
-        "remote.log.metadata.consumer.enable.auto.commit": "true",
-        "remote.log.metadata.producer.linger.ms": "0",
-        "remote.log.metadata.producer.acks": "1",
-    })
+    config = RlmmConfig.from_properties(
+        "b:1",
+        {
+            "remote.log.metadata.topic.num.partitions": "8",
+            "remote.log.metadata.topic.replication.factor": "1",
+            "remote.log.metadata.consume.wait.ms": "5000",
+            "remote.log.metadata.consume.all.partitions": "true",
+            "remote.log.metadata.common.client.security.protocol": "PLAINTEXT",
+            "remote.log.metadata.consumer.fetch.wait.max.ms": "100",
+            "remote.log.metadata.consumer.enable.auto.commit": "true",
+            "remote.log.metadata.producer.linger.ms": "0",
+            "remote.log.metadata.producer.acks": "1",
+        },
+    )
     assert (config.num_partitions, config.replication_factor, config.consume_wait_ms, config.assign_all) == (
-        8, 1, 5000, True)
+        8,
+        1,
+        5000,
+        True,
+    )
     consumer, producer = config.consumer_config(), config.producer_config()
     assert consumer["security.protocol"] == producer["security.protocol"] == "PLAINTEXT"
     assert consumer["fetch.wait.max.ms"] == "100" and producer["linger.ms"] == "0"
@@ -42,12 +55,15 @@ def test_properties_use_kafkas_names_and_prefixes() -> None:
     assert producer["message.timeout.ms"] == 5000
 
 
-@pytest.mark.parametrize("properties, message", [
-    ({"remote.log.metadata.topic.partitions": "8"}, "unknown setting 'remote.log.metadata.topic.partitions'"),
-    ({"remote.log.metadata.topic.num.partitions": "many"}, "must be an integer"),
-    ({"remote.log.metadata.topic.num.partitions": "0"}, "must be at least 1"),
-    ({"remote.log.metadata.consume.all.partitions": "yes"}, "must be true or false"),
-])
+@pytest.mark.parametrize(
+    "properties, message",
+    [
+        ({"remote.log.metadata.topic.partitions": "8"}, "unknown setting 'remote.log.metadata.topic.partitions'"),
+        ({"remote.log.metadata.topic.num.partitions": "many"}, "must be an integer"),
+        ({"remote.log.metadata.topic.num.partitions": "0"}, "must be at least 1"),
+        ({"remote.log.metadata.consume.all.partitions": "yes"}, "must be true or false"),
+    ],
+)
 def test_bad_properties_are_refused(properties: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RlmmConfig.from_properties("b:1", properties)
@@ -65,8 +81,11 @@ def test_partition_arguments() -> None:
 
 
 def test_a_bad_partition_is_refused_before_any_call() -> None:
-    done = subprocess.run([sys.executable, "-m", "rlmm.cli", "query", "--retry-for", "0", "ready",
-                           "7Im3pooKyYT3GrJH6It1kQ:clicks-0:-1"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmm.cli", "query", "--retry-for", "0", "ready", "7Im3pooKyYT3GrJH6It1kQ:clicks-0:-1"],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and "give a number from 0 to 2147483647" in done.stderr
     assert "Traceback" not in done.stderr and "no answer from" not in done.stderr
 

@@ -31,8 +31,12 @@ TP = TopicIdPartition(bytes(range(16)), "orders", 3)
 def partner_of(tp: TopicIdPartition, partitions: int) -> TopicIdPartition:
     """Another user partition whose metadata lives in the same metadata partition as ``tp``'s."""
     mp = metadata_partition(tp.topic_id, tp.partition, partitions)
-    return next(other for p in range(100) if (other := TopicIdPartition(tp.topic_id, tp.topic, p)) != tp
-                and metadata_partition(other.topic_id, p, partitions) == mp)
+    return next(
+        other
+        for p in range(100)
+        if (other := TopicIdPartition(tp.topic_id, tp.topic, p)) != tp
+        and metadata_partition(other.topic_id, p, partitions) == mp
+    )
 
 
 def add_finished(rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, start: int, end: int) -> bytes:
@@ -82,8 +86,9 @@ def test_broker_paused_mid_run(kafka, rlmm_config, tmp_path) -> None:
         written: list[bytes] = []
         kafka.pause()
         try:
-            writer = threading.Thread(target=lambda: written.extend(add_finished(rlmm, TP, i * 10, i * 10 + 9)
-                                                                    for i in range(5, 8)))
+            writer = threading.Thread(
+                target=lambda: written.extend(add_finished(rlmm, TP, i * 10, i * 10 + 9) for i in range(5, 8))
+            )
             writer.start()
             time.sleep(2.5)
             assert writer.is_alive()  # waiting for the broker
@@ -105,8 +110,9 @@ def test_broker_paused_mid_run(kafka, rlmm_config, tmp_path) -> None:
 def test_refused_records_are_logged_once_per_kind_and_interval(rlmm_config, tmp_path, caplog) -> None:
     """Each record the state machine refuses is logged with what it got, at most once per 10 s and kind."""
     config = rlmm_config(num_partitions=1)
-    stray = [encode_value(update(segment(TP, i * 10, i * 10 + 9), SegmentState.COPY_SEGMENT_FINISHED))
-             for i in range(40)]  # updates of segments never added
+    stray = [
+        encode_value(update(segment(TP, i * 10, i * 10 + 9), SegmentState.COPY_SEGMENT_FINISHED)) for i in range(40)
+    ]  # updates of segments never added
     seg = segment(TP, 0, 9)
     values = [*stray, encode_value(seg), encode_value(update(seg, SegmentState.DELETE_SEGMENT_FINISHED)), b"\x07"]
     caplog.set_level(logging.WARNING, logger="consumers.consumer")
@@ -118,8 +124,10 @@ def test_refused_records_are_logged_once_per_kind_and_interval(rlmm_config, tmp_
     assert len(refused) == 3, refused  # 40 unknown segments in one line, then each other kind once
     assert refused[0].startswith("metadata partition 0, offset 0: record not applied (an update of a segment")
     assert "offset 41: record not applied (a segment state change Kafka's state machine refuses" in refused[1]
-    assert "offset 42: record not applied (does not decode; kept in the quarantine: Kafka throws " \
-           "MetadataParseException" in refused[2]
+    assert (
+        "offset 42: record not applied (does not decode; kept in the quarantine: Kafka throws "
+        "MetadataParseException" in refused[2]
+    )
 
 
 def test_bad_records_are_quarantined_and_consumption_goes_on(rlmm_config, tmp_path) -> None:
@@ -127,16 +135,25 @@ def test_bad_records_are_quarantined_and_consumption_goes_on(rlmm_config, tmp_pa
     corpus = {r["case"]: r["hex"] for r in load_records()}
     truncated, future_version = corpus["invalid-truncated-1"], corpus["invalid-version-1-segment"]
     seg = segment(TP, 0, 9)
-    values = [encode_value(seg), bytes.fromhex(truncated), None, bytes.fromhex(future_version),
-              encode_value(update(seg, SegmentState.COPY_SEGMENT_FINISHED))]
+    values = [
+        encode_value(seg),
+        bytes.fromhex(truncated),
+        None,
+        bytes.fromhex(future_version),
+        encode_value(update(seg, SegmentState.COPY_SEGMENT_FINISHED)),
+    ]
     with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
         assert rlmm.consumer.wait_ready([TP], timeout=30)
         assert RawProducer(config.bootstrap_servers, config.topic).produce([(0, v) for v in values]) == [0, 1, 2, 3, 4]
         rlmm.wait_applied(0, 4, timeout=30)
         assert rlmm.queries.remote_log_segment_metadata(TP, 0, 5).segment_id == seg.segment_id
         assert rlmm.status()["counters"] == {"applied": 2, "quarantined": 3}
-        listed = subprocess.run([sys.executable, "-m", "rlmm.cli", "quarantine", "--view", str(tmp_path / "view")],
-                                capture_output=True, text=True, check=True)  # beside the running service
+        listed = subprocess.run(
+            [sys.executable, "-m", "rlmm.cli", "quarantine", "--view", str(tmp_path / "view")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )  # beside the running service
     lines = [json.loads(line) for line in listed.stdout.splitlines()]
     assert [(q["offset"], q["error"], q["cause"], q["null"]) for q in lines] == [
         (1, "MetadataParseException", "BufferUnderflowException", False),
@@ -159,7 +176,8 @@ def test_restart_resumes_from_the_view(rlmm_config, tmp_path) -> None:
             add_finished(rlmm, TP, i * 10, i * 10 + 9)
     down = segment(TP, 100, 109)
     RawProducer(config.bootstrap_servers, config.topic).produce(
-        [(mp, encode_value(down)), (mp, encode_value(update(down, SegmentState.COPY_SEGMENT_FINISHED)))])
+        [(mp, encode_value(down)), (mp, encode_value(update(down, SegmentState.COPY_SEGMENT_FINISHED)))]
+    )
     with View(tmp_path / "view") as view:
         rlmm = RemoteLogMetadataManager(view, config)
         rlmm.consumer.hold({mp: 20})
@@ -190,8 +208,7 @@ def test_a_partition_registered_later_is_loaded_from_the_beginning(rlmm_config, 
         assert [s.segment_id for s in rlmm.queries.list_epoch_segments(other, 0)] == theirs
         assert [s.segment_id for s in rlmm.queries.list_epoch_segments(TP, 0)] == mine
         assert rlmm.queries.is_ready(TP)  # stays ready while its metadata partition is read again
-        assert rlmm.status()["counters"] == {"applied": 6, "skipped:not_assigned": 2,
-                                             "skipped:already_processed": 4}
+        assert rlmm.status()["counters"] == {"applied": 6, "skipped:not_assigned": 2, "skipped:already_processed": 4}
         assert list(view.consumer_state()) == [b"topic_id"]  # the reading again is finished
         assert view.metadata_offsets() == {mp: 5}
 
@@ -227,10 +244,27 @@ def test_a_topic_with_another_partition_count_is_refused(rlmm_config, tmp_path) 
         assert isinstance(rlmm.consumer.failure, TopicMismatchError)
         with pytest.raises(NotInitializedError, match="has 3 partitions"):
             rlmm.add_remote_log_segment_metadata(segment(TP, 0, 9))
-    run = subprocess.run([sys.executable, "-m", "rlmm.cli", "consume", "--view", str(tmp_path / "cli-view"),
-                          "-b", config.bootstrap_servers, "--set", f"remote.log.metadata.topic.name={config.topic}",
-                          "--set", "remote.log.metadata.topic.num.partitions=5", "--status-every", "0.2"],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlmm.cli",
+            "consume",
+            "--view",
+            str(tmp_path / "cli-view"),
+            "-b",
+            config.bootstrap_servers,
+            "--set",
+            f"remote.log.metadata.topic.name={config.topic}",
+            "--set",
+            "remote.log.metadata.topic.num.partitions=5",
+            "--status-every",
+            "0.2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 1
     assert "has 3 partitions but remote.log.metadata.topic.num.partitions is 5" in run.stderr
     assert json.loads(run.stdout.splitlines()[-1])["event"] == "stopped"

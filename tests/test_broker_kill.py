@@ -41,27 +41,57 @@ def clean_replay(path, partitions, stream) -> View:
 
 def test_killed_consumer_restarts_where_it_was(rlmm_config, tmp_path) -> None:
     config = rlmm_config(num_partitions=PARTITIONS)
-    load = Workload(WorkloadConfig(partitions=20, metadata_partitions=PARTITIONS, seed=21, invalid_share=0.01,
-                                   redelivery_share=0.01, partition_delete_share=0.0005, retained_segments=10))
+    load = Workload(
+        WorkloadConfig(
+            partitions=20,
+            metadata_partitions=PARTITIONS,
+            seed=21,
+            invalid_share=0.01,
+            redelivery_share=0.01,
+            partition_delete_share=0.0005,
+            retained_segments=10,
+        )
+    )
     seen, stream = set(), []
     for event in load.events(EVENTS):
         if (event.metadata_partition, event.offset) not in seen:  # a redelivery is not a new record in a topic
             seen.add((event.metadata_partition, event.offset))
             stream.append(event)
     ensure_topic(AdminClient(config.admin_config()), config)
-    offsets = RawProducer(config.bootstrap_servers, config.topic).produce([(e.metadata_partition, e.value)
-                                                                          for e in stream])
+    offsets = RawProducer(config.bootstrap_servers, config.topic).produce(
+        [(e.metadata_partition, e.value) for e in stream]
+    )
     assert offsets == [e.offset for e in stream]
     partitions_file = tmp_path / "partitions.jsonl"
-    partitions_file.write_text("".join(json.dumps({"topic_id": uuid_to_str(tp.topic_id), "topic": tp.topic,
-                                                   "partition": tp.partition}) + "\n"
-                                       for tp in load.user_partitions()))
-    command = [sys.executable, "-m", "rlmm.cli", "consume", "--view", str(tmp_path / "view"),
-               "-b", config.bootstrap_servers, "--partitions-file", str(partitions_file),
-               "--set", f"remote.log.metadata.topic.name={config.topic}",
-               "--set", f"remote.log.metadata.topic.num.partitions={PARTITIONS}",
-               "--set", "remote.log.metadata.consume.max.batch.records=100",
-               "--status-every", "0.05", "--exit-when-ready", "--log-level", "error"]
+    partitions_file.write_text(
+        "".join(
+            json.dumps({"topic_id": uuid_to_str(tp.topic_id), "topic": tp.topic, "partition": tp.partition}) + "\n"
+            for tp in load.user_partitions()
+        )
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "rlmm.cli",
+        "consume",
+        "--view",
+        str(tmp_path / "view"),
+        "-b",
+        config.bootstrap_servers,
+        "--partitions-file",
+        str(partitions_file),
+        "--set",
+        f"remote.log.metadata.topic.name={config.topic}",
+        "--set",
+        f"remote.log.metadata.topic.num.partitions={PARTITIONS}",
+        "--set",
+        "remote.log.metadata.consume.max.batch.records=100",
+        "--status-every",
+        "0.05",
+        "--exit-when-ready",
+        "--log-level",
+        "error",
+    ]
     rng = random.Random(5)
     kill_points = sorted(rng.sample(range(len(stream) * 9 // 10), KILLS))  # in records applied overall
     runs: list[list[dict]] = []

@@ -71,8 +71,9 @@ def test_consumer_answers_like_replay(scenario_dir: Path, rlmm_config, tmp_path)
         with rlmm:
             used = {e["metadata_partition"] for e in stream}
             # ready at once: every partition of a live scenario, those of an empty metadata partition
-            assert rlmm.consumer.wait_ready([tp for tp, mp in scenario.assigned if not bootstrap or mp not in used],
-                                            timeout=30)
+            assert rlmm.consumer.wait_ready(
+                [tp for tp, mp in scenario.assigned if not bootstrap or mp not in used], timeout=30
+            )
             done = 0
             for stop in [*stops, len(scenario.events) - 1]:
                 upto = index_of[stop] if stop >= 0 else 0
@@ -91,8 +92,9 @@ def test_consumer_answers_like_replay(scenario_dir: Path, rlmm_config, tmp_path)
                     if query["after_event"] == stop:
                         answers.setdefault(j, answer(view.queries, query))
         got = [answers[j] for j in range(len(scenario.queries))]
-        mismatches = [(j, q["op"], q["args"], e, g) for j, (q, e, g) in enumerate(zip(scenario.queries, expected, got))
-                      if e != g]
+        mismatches = [
+            (j, q["op"], q["args"], e, g) for j, (q, e, g) in enumerate(zip(scenario.queries, expected, got)) if e != g
+        ]
         assert not mismatches, f"answers differ from rlmm replay (query, op, args, replay, broker): {mismatches}"
         ours = view_content(view)
     with View(tmp_path / "replayed") as clean:

@@ -23,8 +23,14 @@ def docker_engine_answers() -> bool:
 
 def run_probe(kind: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "RLMM_TEST_KAFKA": kind}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", PROBE], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", PROBE],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_testcontainers_mode_runs_or_fails_loudly() -> None:

@@ -93,8 +93,9 @@ def test_a_broker_that_lost_the_topic(rlmm_config, tmp_path) -> None:
             broker = start_broker(port)
             ensure_topic(AdminClient(config.admin_config()), config)
             RawProducer(config.bootstrap_servers, config.topic).produce(finished_records(TP, 1, base=1000))
-            assert_stopped_unmixed(rlmm, view, before, "topic_id_changed", "partition_count_changed",
-                                   "offsets_backwards")
+            assert_stopped_unmixed(
+                rlmm, view, before, "topic_id_changed", "partition_count_changed", "offsets_backwards"
+            )
     finally:
         broker.stop()
 
@@ -116,8 +117,9 @@ def test_a_topic_deleted_and_created_again_with_more_records(rlmm_config, tmp_pa
     with View(tmp_path / "view") as view:
         before = contents(view)
         with RemoteLogMetadataManager(view, config, [TP]) as rlmm:
-            assert_stopped_unmixed(rlmm, view, before | {K.PARTITIONS: list(view.items(K.PARTITIONS))},
-                                   "topic_id_changed")
+            assert_stopped_unmixed(
+                rlmm, view, before | {K.PARTITIONS: list(view.items(K.PARTITIONS))}, "topic_id_changed"
+            )
 
     # --reset: the view is set aside, a fresh one reads the new topic from the start, registrations kept
     assert reset_view(tmp_path / "view") == [TP]
@@ -180,10 +182,22 @@ def test_reset_from_the_command_line(kafka, tmp_path) -> None:
         with view.batch() as batch:
             batch.assign(TP)
             batch.apply(MP, 500, finished_records(TP, 1, base=7000)[0][1])
-    command = [*RLMM, "consume", "--view", str(tmp_path / "view"), "-b", kafka.bootstrap_servers, "--reset",
-               "--set", f"remote.log.metadata.topic.name={topic}",
-               "--set", f"remote.log.metadata.topic.num.partitions={PARTITIONS}", "--exit-when-ready",
-               "--log-level", "warning"]
+    command = [
+        *RLMM,
+        "consume",
+        "--view",
+        str(tmp_path / "view"),
+        "-b",
+        kafka.bootstrap_servers,
+        "--reset",
+        "--set",
+        f"remote.log.metadata.topic.name={topic}",
+        "--set",
+        f"remote.log.metadata.topic.num.partitions={PARTITIONS}",
+        "--exit-when-ready",
+        "--log-level",
+        "warning",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "was set aside as" in done.stderr and json.loads(done.stdout.splitlines()[0])["registered"] == 1
@@ -192,11 +206,13 @@ def test_reset_from_the_command_line(kafka, tmp_path) -> None:
         assert view.metadata_offsets() == {MP: 3}
     assert len([p for p in tmp_path.iterdir() if p.name.startswith("view.reset-")]) == 1
 
-    done = subprocess.run([*RLMM, "serve", "--view", str(tmp_path / "view"), "--reset"], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [*RLMM, "serve", "--view", str(tmp_path / "view"), "--reset"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and "--reset consumes the topic again" in done.stderr
 
 
 def rlmm_config_for(kafka, topic: str) -> RlmmConfig:
-    return RlmmConfig(kafka.bootstrap_servers, topic=topic, num_partitions=PARTITIONS, replication_factor=1,
-                      min_insync_replicas=1)
+    return RlmmConfig(
+        kafka.bootstrap_servers, topic=topic, num_partitions=PARTITIONS, replication_factor=1, min_insync_replicas=1
+    )

@@ -33,10 +33,12 @@ from tests.kafka_compat import load_records
 TP = TopicIdPartition(bytes(range(16)), "payments", 7)
 
 
-def segment(tp: TopicIdPartition, start: int, end: int, epoch: int = 0,
-            state: SegmentState = SegmentState.COPY_SEGMENT_STARTED) -> SegmentMetadata:
-    return SegmentMetadata(tp, os.urandom(16), start, end, 1, 1_700_000_000_000, 1_700_000_000_000,
-                           ((epoch, start),), 1 << 20, None, state)
+def segment(
+    tp: TopicIdPartition, start: int, end: int, epoch: int = 0, state: SegmentState = SegmentState.COPY_SEGMENT_STARTED
+) -> SegmentMetadata:
+    return SegmentMetadata(
+        tp, os.urandom(16), start, end, 1, 1_700_000_000_000, 1_700_000_000_000, ((epoch, start),), 1 << 20, None, state
+    )
 
 
 def update(seg: SegmentMetadata, state: SegmentState) -> SegmentUpdate:
@@ -47,8 +49,10 @@ def test_writes_are_validated_as_kafka_does(tmp_path) -> None:
     with View(tmp_path / "view") as view:
         rlmm = RemoteLogMetadataManager(view, RlmmConfig("127.0.0.1:9"))  # never started
         finished = segment(TP, 0, 99, state=SegmentState.COPY_SEGMENT_FINISHED)
-        with pytest.raises(InvalidMetadataError, match="should have state as COPY_SEGMENT_STARTED but it contains "
-                                                       "state as: COPY_SEGMENT_FINISHED"):
+        with pytest.raises(
+            InvalidMetadataError,
+            match="should have state as COPY_SEGMENT_STARTED but it contains state as: COPY_SEGMENT_FINISHED",
+        ):
             rlmm.add_remote_log_segment_metadata(finished)
         with pytest.raises(InvalidMetadataError, match="should not have the state as: COPY_SEGMENT_STARTED"):
             rlmm.update_remote_log_segment_metadata(update(finished, SegmentState.COPY_SEGMENT_STARTED))
@@ -83,9 +87,12 @@ def test_a_write_not_applied_in_time_says_it_may_still_be(rlmm_config, tmp_path)
         assert rlmm.consumer.wait_ready([TP], timeout=30)
         assert rlmm.consumer.hold({mp: 0}).wait(5)  # the consumer applies nothing of this partition
         late = segment(TP, 0, 99)
-        with pytest.raises(WriteTimeoutError, match=rf"{config.topic}-{mp}@0 was written but not applied within "
-                                                    r"remote.log.metadata.consume.wait.ms \(700 ms\); it may still be "
-                                                    r"applied later; consumer at offset 0 of 1 \(lag 1\)"):
+        with pytest.raises(
+            WriteTimeoutError,
+            match=rf"{config.topic}-{mp}@0 was written but not applied within "
+            r"remote.log.metadata.consume.wait.ms \(700 ms\); it may still be "
+            r"applied later; consumer at offset 0 of 1 \(lag 1\)",
+        ):
             rlmm.add_remote_log_segment_metadata(late)
         rlmm.consumer.hold(None)
         rlmm.wait_applied(mp, 0, timeout=30)
@@ -93,13 +100,22 @@ def test_a_write_not_applied_in_time_says_it_may_still_be(rlmm_config, tmp_path)
 
 
 def _kafka_serialized() -> list[dict]:
-    return [r for r in load_records()
-            if r["produced_by"] == "RemoteLogMetadataSerde.serialize" and r["api_key"] in (0, 1, 2)]
+    return [
+        r
+        for r in load_records()
+        if r["produced_by"] == "RemoteLogMetadataSerde.serialize" and r["api_key"] in (0, 1, 2)
+    ]
 
 
 def _read_topic(config: RlmmConfig) -> dict[tuple[int, int], bytes]:
-    consumer = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": "rlmm-test-reader",
-                         "enable.partition.eof": True, "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": config.bootstrap_servers,
+            "group.id": "rlmm-test-reader",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition(config.topic, mp, 0) for mp in range(config.num_partitions)])
     records, at_end = {}, set()
     while len(at_end) < config.num_partitions:
@@ -125,9 +141,11 @@ def test_written_records_are_kafkas_bytes(rlmm_config, tmp_path) -> None:
         assert rlmm.consumer.wait_initialized(timeout=30)
         for case in _kafka_serialized():
             record = decode_value(bytes.fromhex(case["hex"]))
-            call = {SegmentMetadata: rlmm.add_remote_log_segment_metadata,
-                    SegmentUpdate: rlmm.update_remote_log_segment_metadata,
-                    PartitionDelete: rlmm.put_remote_partition_delete_metadata}[type(record)]
+            call = {
+                SegmentMetadata: rlmm.add_remote_log_segment_metadata,
+                SegmentUpdate: rlmm.update_remote_log_segment_metadata,
+                PartitionDelete: rlmm.put_remote_partition_delete_metadata,
+            }[type(record)]
             try:
                 call(record)
             except InvalidMetadataError:

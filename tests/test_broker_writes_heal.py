@@ -21,8 +21,11 @@ STALL_S = 8.0  # longer than it: the record written during the stall times out i
 def test_writes_heal_after_a_stall_longer_than_the_message_timeout(kafka, tmp_path) -> None:
     tp = new_tp()
     config = kafka_config(kafka.bootstrap_servers, consume_wait_ms=WAIT_MS)
-    with served(tmp_path, kafka.bootstrap_servers, [tp], config=config) as (server, manager, _), \
-            client(server, retry_for=0, write_timeout=30) as once, client(server, retry_for=20) as patient:
+    with (
+        served(tmp_path, kafka.bootstrap_servers, [tp], config=config) as (server, manager, _),
+        client(server, retry_for=0, write_timeout=30) as once,
+        client(server, retry_for=20) as patient,
+    ):
         assert once.wait_ready([tp], timeout=30)
         first = segment(tp, 0, 9)
         once.add_remote_log_segment_metadata(first)

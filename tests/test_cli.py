@@ -59,8 +59,10 @@ def test_help_of_every_command() -> None:
 
 
 def test_rlmm_commands_run_with_the_tuned_garbage_collector() -> None:
-    probe = ("import atexit, gc, sys; from rlmm.cli import main; "
-             "atexit.register(lambda: print(list(gc.get_threshold()), file=sys.stderr)); main(['decode'])")
+    probe = (
+        "import atexit, gc, sys; from rlmm.cli import main; "
+        "atexit.register(lambda: print(list(gc.get_threshold()), file=sys.stderr)); main(['decode'])"
+    )
     result = subprocess.run([sys.executable, "-c", probe], input=b"", capture_output=True)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stderr.splitlines()[-1]) == list(GC_THRESHOLDS)

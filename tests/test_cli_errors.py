@@ -49,8 +49,13 @@ def held_view(tmp_path):
 
 
 def test_usage_errors_exit_2() -> None:
-    for args in (["query", "segment", "not-a-partition", "0", "0"], ["snapshot", "build", "--out", "x"],
-                 ["replay", "/nonexistent"], ["serve", "--view", "v", "--listen", "nowhere"], ["no-such-command"]):
+    for args in (
+        ["query", "segment", "not-a-partition", "0", "0"],
+        ["snapshot", "build", "--out", "x"],
+        ["replay", "/nonexistent"],
+        ["serve", "--view", "v", "--listen", "nowhere"],
+        ["no-such-command"],
+    ):
         result = invoke(*args)
         assert result.exit_code == 2, (args, result.output)
         assert "Error:" in result.stderr and "Traceback" not in result.output
@@ -74,8 +79,10 @@ def test_missing_view_and_view_in_use(tmp_path, held_view) -> None:
     assert result.exit_code == 1
     one_error_line(result.stderr, "no view at")
 
-    for command in (["consume", "--view", str(held_view), "-b", "127.0.0.1:1"],
-                    ["serve", "--view", str(held_view), "--listen", "127.0.0.1:0"]):
+    for command in (
+        ["consume", "--view", str(held_view), "-b", "127.0.0.1:1"],
+        ["serve", "--view", str(held_view), "--listen", "127.0.0.1:0"],
+    ):
         done = rlmm(*command)
         assert done.returncode == 1, done.stderr
         one_error_line(done.stderr, f"the view {held_view} is in use by another process", "stop it")
@@ -92,12 +99,22 @@ def test_serve_on_a_busy_address_or_without_its_certificate(tmp_path) -> None:
         done = rlmm("serve", "--view", str(tmp_path / "v"), "--listen", f"127.0.0.1:{port}")
         assert done.returncode == 1
         one_error_line(done.stderr, f"cannot listen on 127.0.0.1:{port}", "--listen")
-        done = rlmm("serve", "--view", str(tmp_path / "v"), "--listen", "127.0.0.1:0", "--metrics-listen",
-                    f"127.0.0.1:{port}")
+        done = rlmm(
+            "serve", "--view", str(tmp_path / "v"), "--listen", "127.0.0.1:0", "--metrics-listen", f"127.0.0.1:{port}"
+        )
         assert done.returncode == 1
         one_error_line(done.stderr, f"cannot serve metrics on 127.0.0.1:{port}", "--metrics-listen")
-    done = rlmm("serve", "--view", str(tmp_path / "v"), "--listen", "127.0.0.1:0", "--tls-cert",
-                str(tmp_path / "missing.pem"), "--tls-key", str(tmp_path / "missing.key"))
+    done = rlmm(
+        "serve",
+        "--view",
+        str(tmp_path / "v"),
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        str(tmp_path / "missing.pem"),
+        "--tls-key",
+        str(tmp_path / "missing.key"),
+    )
     assert done.returncode == 1
     one_error_line(done.stderr, "cannot read", "missing", "tls_cert")
 
@@ -113,13 +130,19 @@ def test_health_and_query_against_a_server_and_without_one(tmp_path) -> None:
     one_error_line(done.stderr, f"UNAVAILABLE: no answer from {nobody}", "--target")
 
     View(tmp_path / "v").close()
-    server = subprocess.Popen([*RLMM, "serve", "--view", str(tmp_path / "v"), "--listen", "127.0.0.1:0",
-                               "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [*RLMM, "serve", "--view", str(tmp_path / "v"), "--listen", "127.0.0.1:0", "--log-level", "warning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         target = f"127.0.0.1:{json.loads(server.stdout.readline())['port']}"
         done = rlmm("health", "--target", target, "--json")
-        assert (done.returncode, json.loads(done.stdout)) == (0, {"address": target, "service": "",
-                                                                  "status": "SERVING"})
+        assert (done.returncode, json.loads(done.stdout)) == (
+            0,
+            {"address": target, "service": "", "status": "SERVING"},
+        )
         assert rlmm("health", "--target", target).stdout == "SERVING\n"
         done = rlmm("query", "--target", target, "size", "7Im3pooKyYT3GrJH6It1kQ:clicks:0")
         assert done.returncode == 1 and json.loads(done.stdout)["error"] == "NOT_FOUND"
@@ -134,8 +157,19 @@ def test_health_and_query_against_a_server_and_without_one(tmp_path) -> None:
 def test_snapshot_verify_json_and_exit_codes(tmp_path) -> None:
     events, tps = workload_events(600, seed=5)
     live_view(events, tps, tmp_path / "live").close()
-    assert invoke("snapshot", "export", "--view", str(tmp_path / "live"), "--out", str(tmp_path / "s"),
-                  "--num-partitions", "5").exit_code == 0
+    assert (
+        invoke(
+            "snapshot",
+            "export",
+            "--view",
+            str(tmp_path / "live"),
+            "--out",
+            str(tmp_path / "s"),
+            "--num-partitions",
+            "5",
+        ).exit_code
+        == 0
+    )
     result = invoke("snapshot", "verify", str(tmp_path / "s"), "--view", str(tmp_path / "live"), "--json")
     assert (result.exit_code, json.loads(result.stdout)) == (0, {"differences": 0, "details": []})
     with View(tmp_path / "live") as view, view.batch() as batch:
@@ -198,16 +232,40 @@ def test_snapshot_build_checks_its_inputs_before_starting_spark(kafka, tmp_path)
     nobody = f"127.0.0.1:{free_port()}"
     events, tps = workload_events(300, seed=5)
     live_view(events, tps, tmp_path / "live").close()
-    assert invoke("snapshot", "export", "--view", str(tmp_path / "live"), "--out", str(tmp_path / "base"),
-                  "--topic", "another-metadata-topic", "--num-partitions", "5").exit_code == 0
+    assert (
+        invoke(
+            "snapshot",
+            "export",
+            "--view",
+            str(tmp_path / "live"),
+            "--out",
+            str(tmp_path / "base"),
+            "--topic",
+            "another-metadata-topic",
+            "--num-partitions",
+            "5",
+        ).exit_code
+        == 0
+    )
     topic = f"rlmm-test-{free_port()}"
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
     admin.create_topics([NewTopic(topic, 5)])[topic].result()
     for args, expected in [
         (["-b", kafka.bootstrap_servers, "--topic", topic, "--out", str(tmp_path / "taken")], "exists"),
         (["-b", nobody, "--out", str(tmp_path / "s1")], f"cannot read __remote_log_metadata from {nobody}"),
-        (["-b", kafka.bootstrap_servers, "--topic", topic, "--from", str(tmp_path / "base"), "--out",
-          str(tmp_path / "s2")], "is a snapshot of the topic 'another-metadata-topic'"),
+        (
+            [
+                "-b",
+                kafka.bootstrap_servers,
+                "--topic",
+                topic,
+                "--from",
+                str(tmp_path / "base"),
+                "--out",
+                str(tmp_path / "s2"),
+            ],
+            "is a snapshot of the topic 'another-metadata-topic'",
+        ),
     ]:
         done = rlmm("snapshot", "build", *args)
         assert done.returncode == 1

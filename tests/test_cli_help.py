@@ -22,8 +22,19 @@ COMMANDS = _commands(main)
 
 def test_the_walk_finds_the_commands() -> None:
     names = {c[0] for c in COMMANDS if c}
-    assert names >= {"replay", "decode", "consume", "broker", "quarantine", "serve", "query", "snapshot", "archive",
-                     "demo", "health"}
+    assert names >= {
+        "replay",
+        "decode",
+        "consume",
+        "broker",
+        "quarantine",
+        "serve",
+        "query",
+        "snapshot",
+        "archive",
+        "demo",
+        "health",
+    }
     assert ("query", "segment") in COMMANDS and ("snapshot", "build") in COMMANDS
 
 

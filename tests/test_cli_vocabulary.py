@@ -18,18 +18,20 @@ def invoke(*args: str) -> Result:
 
 
 def test_old_spellings_are_rewritten_with_a_note() -> None:
-    assert new_spellings(["snapshot", "export", "--db=/v", "--bootstrap-servers", "k:9092", "-a", "h:1", "--",
-                          "--db"]) == ["snapshot", "export", "--view=/v", "--bootstrap-server", "k:9092", "-t", "h:1",
-                                       "--", "--db"]
+    assert new_spellings(
+        ["snapshot", "export", "--db=/v", "--bootstrap-servers", "k:9092", "-a", "h:1", "--", "--db"]
+    ) == ["snapshot", "export", "--view=/v", "--bootstrap-server", "k:9092", "-t", "h:1", "--", "--db"]
 
 
 def test_snapshot_commands_take_view_and_still_db(tmp_path) -> None:
     events, tps = workload_events(300, seed=3)
     live_view(events, tps, tmp_path / "live").close()
-    new = invoke("snapshot", "export", "--view", str(tmp_path / "live"), "--out", str(tmp_path / "a"),
-                 "--num-partitions", "5")
-    old = invoke("snapshot", "export", "--db", str(tmp_path / "live"), "--out", str(tmp_path / "b"),
-                 "--num-partitions", "5")
+    new = invoke(
+        "snapshot", "export", "--view", str(tmp_path / "live"), "--out", str(tmp_path / "a"), "--num-partitions", "5"
+    )
+    old = invoke(
+        "snapshot", "export", "--db", str(tmp_path / "live"), "--out", str(tmp_path / "b"), "--num-partitions", "5"
+    )
     assert new.exit_code == 0 and old.exit_code == 0, old.output
     assert json.loads(new.stdout)["counts"] == json.loads(old.stdout)["counts"]
     assert "--db is now --view" in old.stderr and "--db is now" not in new.stderr

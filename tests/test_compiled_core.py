@@ -59,8 +59,9 @@ def _run(interpreted: bool) -> dict:
     if interpreted:
         env[INTERPRETED_ENV] = "1"
     scenarios = sorted(str(p) for p in (compat_dir() / "replay-public").iterdir() if p.is_dir())
-    result = subprocess.run([sys.executable, "-c", _RUN_BOTH, *scenarios], env=env, check=True,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", _RUN_BOTH, *scenarios], env=env, check=True, capture_output=True, text=True
+    )
     return json.loads(result.stdout)
 
 
@@ -68,10 +69,12 @@ def test_the_core_runs_compiled() -> None:
     expected = "interpreted" if os.environ.get(INTERPRETED_ENV) == "1" else "compiled"
     assert core_build() == expected, (
         f"the core runs {core_build()}: install rlmm where a C compiler is found (RLMM_COMPILE=1 makes a "
-        f"missing one an install error), or set {INTERPRETED_ENV}=1 to test the interpreted core")
+        f"missing one an install error), or set {INTERPRETED_ENV}=1 to test the interpreted core"
+    )
     for name in COMPILED_MODULES:
-        assert Path(importlib.import_module(name).__file__).suffix == (".py" if expected == "interpreted"
-                                                                       else ".so"), name
+        assert Path(importlib.import_module(name).__file__).suffix == (".py" if expected == "interpreted" else ".so"), (
+            name
+        )
 
 
 def test_compiled_and_interpreted_cores_agree() -> None:

@@ -15,9 +15,11 @@ def _written_out_classes() -> list[tuple[str, ast.ClassDef]]:
     for name in COMPILED_MODULES:
         for node in ast.parse(source_path(name).read_text()).body:
             if isinstance(node, ast.ClassDef) and any(
-                    isinstance(d, ast.Call) and getattr(d.func, "id", None) == "dataclass"
-                    and any(k.arg == "init" and getattr(k.value, "value", True) is False for k in d.keywords)
-                    for d in node.decorator_list):
+                isinstance(d, ast.Call)
+                and getattr(d.func, "id", None) == "dataclass"
+                and any(k.arg == "init" and getattr(k.value, "value", True) is False for k in d.keywords)
+                for d in node.decorator_list
+            ):
                 found.append((f"{name}.{node.name}", node))
     return found
 
@@ -38,8 +40,11 @@ def test_the_compiled_modules_write_constructors_out() -> None:
 
 @pytest.mark.parametrize("name,node", CLASSES, ids=[n for n, _ in CLASSES])
 def test_constructor_matches_fields(name: str, node: ast.ClassDef) -> None:
-    fields = [(s.target.id, _default(s.value)) for s in node.body
-              if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+    fields = [
+        (s.target.id, _default(s.value))
+        for s in node.body
+        if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+    ]
     init = next(s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__")
     args = init.args.args[1:]
     defaults = [None] * (len(args) - len(init.args.defaults)) + [ast.unparse(d) for d in init.args.defaults]

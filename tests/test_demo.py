@@ -15,14 +15,41 @@ import psutil
 
 from rlmm.state.view import View
 
-QUERY_KINDS = {"remote_log_segment_metadata", "batch_remote_log_segment_metadata", "highest_offset_for_epoch",
-               "list_remote_log_segments", "list_epoch_segments", "remote_log_size", "remote_log_size_epoch",
-               "next_segment_with_txn_index", "max_timestamp", "is_ready", "status", "health"}
+QUERY_KINDS = {
+    "remote_log_segment_metadata",
+    "batch_remote_log_segment_metadata",
+    "highest_offset_for_epoch",
+    "list_remote_log_segments",
+    "list_epoch_segments",
+    "remote_log_size",
+    "remote_log_size_epoch",
+    "next_segment_with_txn_index",
+    "max_timestamp",
+    "is_ready",
+    "status",
+    "health",
+}
 
 
 def test_demo_json_summary() -> None:
-    done = subprocess.run([sys.executable, "-m", "rlmm.cli", "demo", "--events", "2000", "--partitions", "20",
-                           "--json", "--timeout", "45"], capture_output=True, text=True, timeout=90)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlmm.cli",
+            "demo",
+            "--events",
+            "2000",
+            "--partitions",
+            "20",
+            "--json",
+            "--timeout",
+            "45",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["events_sent"] == 2001  # the workload's 2000 and one undecodable record
@@ -55,8 +82,12 @@ def _gone(pid: int) -> bool:
 
 def test_demo_stops_everything() -> None:
     """After the demo, its broker and service processes are gone."""
-    done = subprocess.run([sys.executable, "-m", "rlmm.cli", "demo", "--events", "200", "--partitions", "5", "--json"],
-                          capture_output=True, text=True, timeout=90)
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmm.cli", "demo", "--events", "200", "--partitions", "5", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert _gone(summary["broker"]["pid"]) and _gone(summary["service"]["pid"])
@@ -65,26 +96,53 @@ def test_demo_stops_everything() -> None:
 def test_health_command_against_a_server(tmp_path) -> None:
     """``rlmm health`` (the Docker HEALTHCHECK): 0 and SERVING on a running server, 1 when none answers."""
     View(tmp_path / "view").close()  # served read-only
-    serve = subprocess.Popen([sys.executable, "-m", "rlmm.cli", "serve", "--view", str(tmp_path / "view"),
-                              "--listen", "127.0.0.1:0", "--grace-s", "1"], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlmm.cli",
+            "serve",
+            "--view",
+            str(tmp_path / "view"),
+            "--listen",
+            "127.0.0.1:0",
+            "--grace-s",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         port = json.loads(serve.stdout.readline())["port"]
-        done = subprocess.run([sys.executable, "-m", "rlmm.cli", "health", "--target", f"127.0.0.1:{port}"],
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            [sys.executable, "-m", "rlmm.cli", "health", "--target", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert (done.returncode, done.stdout.strip()) == (0, "SERVING")
     finally:
         serve.terminate()
         serve.wait(15)
-    down = subprocess.run([sys.executable, "-m", "rlmm.server.healthcheck", "--target", f"127.0.0.1:{port}",
-                           "--timeout", "1"], capture_output=True, text=True, timeout=30)
+    down = subprocess.run(
+        [sys.executable, "-m", "rlmm.server.healthcheck", "--target", f"127.0.0.1:{port}", "--timeout", "1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert down.returncode == 1 and down.stdout.startswith("UNREACHABLE")
 
 
 def _demo(*args: str, tmp: Path | None = None) -> subprocess.Popen:
     env = {**os.environ, "TMPDIR": str(tmp)} if tmp is not None else None
-    return subprocess.Popen([sys.executable, "-m", "rlmm.cli", "demo", "--events", "200", "--partitions", "5",
-                             "--json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlmm.cli", "demo", "--events", "200", "--partitions", "5", "--json", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def test_demo_keep_serves_queries_until_ctrl_c() -> None:
@@ -92,12 +150,20 @@ def test_demo_keep_serves_queries_until_ctrl_c() -> None:
     try:
         summary = json.loads(demo.stdout.readline())
         target = summary["service"]["address"]
-        status = subprocess.run([sys.executable, "-m", "rlmm.cli", "query", "--target", target, "status"],
-                                capture_output=True, text=True, timeout=60)
+        status = subprocess.run(
+            [sys.executable, "-m", "rlmm.cli", "query", "--target", target, "status"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["quarantined"] == summary["quarantined"] >= 1
-        ready = subprocess.run([sys.executable, "-m", "rlmm.cli", "query", "--target", target, "ready",
-                                summary["query_partition"]], capture_output=True, text=True, timeout=60)
+        ready = subprocess.run(
+            [sys.executable, "-m", "rlmm.cli", "query", "--target", target, "ready", summary["query_partition"]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert (ready.returncode, ready.stdout.strip()) == (0, "true")
         assert demo.poll() is None  # still running
     finally:

@@ -125,8 +125,9 @@ def test_the_image_default_command_refuses_to_serve_nothing(tmp_path) -> None:
     assert "127.0.0.1" not in _instruction("HEALTHCHECK")  # the address is RLMM_TARGET's
     env["RLMM_VIEW"] = str(tmp_path / "view")
     env["RLMM_LISTEN"] = env["RLMM_METRICS_LISTEN"] = "127.0.0.1:0"
-    done = subprocess.run([*RLMM, *json.loads(_instruction("CMD"))], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **env})
+    done = subprocess.run(
+        [*RLMM, *json.loads(_instruction("CMD"))], capture_output=True, text=True, timeout=60, env={**os.environ, **env}
+    )
     assert done.returncode == 2 and "RLMM_BOOTSTRAP_SERVERS" in done.stderr and "there is none" in done.stderr
 
 
@@ -149,8 +150,11 @@ def test_compose_keeps_kafka_and_the_view_and_stops_gracefully() -> None:
 
 
 def test_dockerignore_keeps_the_context_small() -> None:
-    ignored = {line.strip() for line in (DOCKER.parent / ".dockerignore").read_text().splitlines()
-               if line.strip() and not line.startswith("#")}
+    ignored = {
+        line.strip()
+        for line in (DOCKER.parent / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     assert {".venv", ".git", "build", "**/*.so"} <= ignored
     copied = re.findall(r"^COPY (.+) \S+$", (DOCKER / "Dockerfile").read_text(), re.M)
     for sources in copied:

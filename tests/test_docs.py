@@ -21,8 +21,13 @@ PROTOS = sorted((ROOT / "proto").rglob("*.proto"))
 
 @pytest.mark.parametrize("script", ["gen_api_docs.py", "gen_config_docs.py"])
 def test_the_committed_reference_is_a_fresh_generation(script: str) -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--check"], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().endswith("is current")
 
@@ -82,8 +87,12 @@ def test_the_configuration_reference_has_every_setting() -> None:
     assert "| `view` | `RLMM_VIEW` | `--view` | `Path` | required |" in doc
     for setting in SETTINGS:
         assert f"| `{setting.name}` |" in doc and setting.meaning, setting.name
-    kafka_fields = {f.name for f in dataclasses.fields(RlmmConfig)} - {"bootstrap_servers", "common_client",
-                                                                          "producer", "consumer"}
+    kafka_fields = {f.name for f in dataclasses.fields(RlmmConfig)} - {
+        "bootstrap_servers",
+        "common_client",
+        "producer",
+        "consumer",
+    }
     assert {s.field for s in SETTINGS} == kafka_fields and len(PROPERTIES) == len(SETTINGS)
     assert "| `remote.log.metadata.consume.wait.ms` | `120000` |" in doc
 

@@ -20,12 +20,30 @@ from rlmm.v1 import service_pb2 as api
 from tests.grpc_support import TS, client, fill_view, new_tp, running_server, segment, stub
 
 TP, LOADING, UNKNOWN = new_tp("batch-values"), new_tp("batch-values", 1), new_tp("batch-values", 2)
-SEGMENTS = [segment(TP, 0, 99), segment(TP, 100, 199, txn_empty=False, custom=b"\x00rsm"),
-            segment(TP, 200, 299, epoch=1),
-            SegmentMetadata(TP, os.urandom(16), 300, 399, 2, TS + 399, TS, ((1, 300), (2, 350)), 4096, b"",
-                            SegmentState.COPY_SEGMENT_STARTED)]
-LOOKUPS = [(tp, epoch, offset) for tp in (TP, LOADING, UNKNOWN) for epoch in (0, 1, 2, 3)
-           for offset in (0, 50, 99, 100, 150, 250, 320, 349, 350, 399, 400)]
+SEGMENTS = [
+    segment(TP, 0, 99),
+    segment(TP, 100, 199, txn_empty=False, custom=b"\x00rsm"),
+    segment(TP, 200, 299, epoch=1),
+    SegmentMetadata(
+        TP,
+        os.urandom(16),
+        300,
+        399,
+        2,
+        TS + 399,
+        TS,
+        ((1, 300), (2, 350)),
+        4096,
+        b"",
+        SegmentState.COPY_SEGMENT_STARTED,
+    ),
+]
+LOOKUPS = [
+    (tp, epoch, offset)
+    for tp in (TP, LOADING, UNKNOWN)
+    for epoch in (0, 1, 2, 3)
+    for offset in (0, 50, 99, 100, 150, 250, 320, 349, 350, 399, 400)
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +57,14 @@ def served_view(tmp_path_factory):
 
 def _request(kafka_values: bool, lookups=LOOKUPS) -> api.BatchRemoteLogSegmentMetadataRequest:
     return api.BatchRemoteLogSegmentMetadataRequest(
-        lookups=[api.RemoteLogSegmentMetadataRequest(topic_id_partition=convert.topic_id_partition_pb(tp),
-                                                     leader_epoch=epoch, offset=offset)
-                 for tp, epoch, offset in lookups], kafka_values=kafka_values)
+        lookups=[
+            api.RemoteLogSegmentMetadataRequest(
+                topic_id_partition=convert.topic_id_partition_pb(tp), leader_epoch=epoch, offset=offset
+            )
+            for tp, epoch, offset in lookups
+        ],
+        kafka_values=kafka_values,
+    )
 
 
 def test_kafka_values_are_the_segments_of_the_messages(served_view) -> None:
@@ -51,11 +74,14 @@ def test_kafka_values_are_the_segments_of_the_messages(served_view) -> None:
         messages = raw.BatchRemoteLogSegmentMetadata(_request(False)).results
         values = raw.BatchRemoteLogSegmentMetadata(_request(True)).results
     kinds = [m.WhichOneof("result") for m in messages]
-    assert [v.WhichOneof("result") for v in values] == \
-        ["kafka_value" if kind == "remote_log_segment_metadata" else kind for kind in kinds]
+    assert [v.WhichOneof("result") for v in values] == [
+        "kafka_value" if kind == "remote_log_segment_metadata" else kind for kind in kinds
+    ]
     assert set(kinds) == {"remote_log_segment_metadata", "error", None}
-    assert {m.error.kafka_exception for m in messages if m.HasField("error")} == \
-        {"RemoteResourceNotFoundException", "ReplicaNotAvailableException"}
+    assert {m.error.kafka_exception for m in messages if m.HasField("error")} == {
+        "RemoteResourceNotFoundException",
+        "ReplicaNotAvailableException",
+    }
     for lookup, message, value in zip(LOOKUPS, messages, values):
         if message.HasField("remote_log_segment_metadata"):
             found = decode_value(value.kafka_value)
@@ -71,24 +97,33 @@ def test_kafka_values_are_the_segments_of_the_messages(served_view) -> None:
 def test_columns_answer_what_the_batch_answers(served_view) -> None:
     server, _ = served_view
     partitions = [TP, LOADING, UNKNOWN, TP]  # a partition may be listed twice
-    lookups = [(index, epoch, offset) for index in (3, 1, 0, 2) for epoch, offset in
-               ((0, 50), (0, 100), (1, 250), (2, 320), (2, 400), (3, 0))]
+    lookups = [
+        (index, epoch, offset)
+        for index in (3, 1, 0, 2)
+        for epoch, offset in ((0, 50), (0, 100), (1, 250), (2, 320), (2, 400), (3, 0))
+    ]
     columns = api.ColumnarRemoteLogSegmentMetadataRequest(
         partitions=[convert.topic_id_partition_pb(tp) for tp in partitions],
-        partition_indexes=[i for i, _, _ in lookups], leader_epochs=[e for _, e, _ in lookups],
-        offsets=[o for _, _, o in lookups])
+        partition_indexes=[i for i, _, _ in lookups],
+        leader_epochs=[e for _, e, _ in lookups],
+        offsets=[o for _, _, o in lookups],
+    )
     channel, raw = stub(server)
     with channel:
         answer = raw.ColumnarRemoteLogSegmentMetadata(columns)
         batch = raw.BatchRemoteLogSegmentMetadata(_request(True, [(partitions[i], e, o) for i, e, o in lookups]))
-        assert raw.ColumnarRemoteLogSegmentMetadata(api.ColumnarRemoteLogSegmentMetadataRequest()) == \
-            api.ColumnarRemoteLogSegmentMetadataResponse()
+        assert (
+            raw.ColumnarRemoteLogSegmentMetadata(api.ColumnarRemoteLogSegmentMetadataRequest())
+            == api.ColumnarRemoteLogSegmentMetadataResponse()
+        )
     assert list(answer.kafka_values) == [r.kafka_value for r in batch.results]
     assert sum(bool(v) for v in answer.kafka_values) == 6  # three finished segments, through each of TP's listings
     errors = {e.partition_index: e.error for e in answer.partition_errors}
     assert sorted(errors) == [1, 2]
-    assert {e.kafka_exception for e in errors.values()} == \
-        {"RemoteResourceNotFoundException", "ReplicaNotAvailableException"}
+    assert {e.kafka_exception for e in errors.values()} == {
+        "RemoteResourceNotFoundException",
+        "ReplicaNotAvailableException",
+    }
     for (index, _, _), result in zip(lookups, batch.results):
         assert (result.error == errors[index]) if index in errors else not result.HasField("error")
 
@@ -107,8 +142,11 @@ def test_the_client_answers_the_same_in_both_modes(served_view) -> None:
         values = rlmm.remote_log_segment_metadata_batch(LOOKUPS)
         assert rlmm.remote_log_segment_metadata_batch([]) == []
     assert [type(a) for a in values] == [type(a) for a in plain]
-    assert [_describe(a) for a in values] == [_describe(a) for a in plain] == \
-        [_describe(_ask_view(view, lookup)) for lookup in LOOKUPS]
+    assert (
+        [_describe(a) for a in values]
+        == [_describe(a) for a in plain]
+        == [_describe(_ask_view(view, lookup)) for lookup in LOOKUPS]
+    )
 
 
 def _describe(answer) -> object:
@@ -120,10 +158,13 @@ def _describe(answer) -> object:
     return answer
 
 
-@pytest.mark.parametrize("lookups, problem", [
-    ([(TP, 0, 5), (TP, -1, 5)], "lookups[1].leader_epoch: must not be negative"),
-    ([(TP, 0, -5)], "lookups[0].offset: must not be negative"),
-])
+@pytest.mark.parametrize(
+    "lookups, problem",
+    [
+        ([(TP, 0, 5), (TP, -1, 5)], "lookups[1].leader_epoch: must not be negative"),
+        ([(TP, 0, -5)], "lookups[0].offset: must not be negative"),
+    ],
+)
 def test_malformed_requests_are_refused_alike(served_view, lookups, problem) -> None:
     server, _ = served_view
     channel, raw = stub(server)

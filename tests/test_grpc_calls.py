@@ -27,8 +27,11 @@ WAIT_MS = 2_000
 def service(kafka, tmp_path_factory):
     """One metadata partition (every user partition shares it), short write wait, tiny stream chunks."""
     config = kafka_config(kafka.bootstrap_servers, num_partitions=1, consume_wait_ms=WAIT_MS)
-    with served(tmp_path_factory.mktemp("grpc-calls"), kafka.bootstrap_servers, config=config,
-                stream_chunk=3) as (server, manager, view):
+    with served(tmp_path_factory.mktemp("grpc-calls"), kafka.bootstrap_servers, config=config, stream_chunk=3) as (
+        server,
+        manager,
+        view,
+    ):
         assert manager.consumer.wait_initialized(30)
         with client(server, retry_for=1.0) as rlmm:
             yield server, manager, view, rlmm
@@ -53,8 +56,12 @@ def test_every_read_answers_as_the_view(service) -> None:
     server, manager, view, rlmm = service
     tp, unknown = new_tp("orders", 3), new_tp("orders", 4)
     registered(rlmm, tp)
-    segments = [segment(tp, 0, 99), segment(tp, 100, 199, txn_empty=False, custom=b"\x00rsm"),
-                segment(tp, 200, 299, epoch=1), segment(tp, 300, 399, epoch=1)]
+    segments = [
+        segment(tp, 0, 99),
+        segment(tp, 100, 199, txn_empty=False, custom=b"\x00rsm"),
+        segment(tp, 200, 299, epoch=1),
+        segment(tp, 300, 399, epoch=1),
+    ]
     for seg in segments:
         rlmm.add_remote_log_segment_metadata(seg)
     for seg in segments[:3]:
@@ -63,12 +70,21 @@ def test_every_read_answers_as_the_view(service) -> None:
     for p in (tp, unknown):
         calls += [("list_remote_log_segments", p), ("remote_log_size", p), ("max_timestamp", p)]
         for epoch in (0, 1, 2):
-            calls += [("highest_offset_for_epoch", p, epoch), ("list_epoch_segments", p, epoch),
-                      ("remote_log_size", p, epoch)]
-            calls += [(name, p, epoch, offset) for offset in (0, 99, 100, 150, 250, 350, 400)
-                      for name in ("remote_log_segment_metadata", "next_segment_with_txn_index")]
-            calls += [("first_segment_with_max_timestamp_at_least", p, epoch, ts, offset)
-                      for ts in (0, TS + 99, TS + 150, TS + 299, TS + 400) for offset in (0, 150, 250, 400)]
+            calls += [
+                ("highest_offset_for_epoch", p, epoch),
+                ("list_epoch_segments", p, epoch),
+                ("remote_log_size", p, epoch),
+            ]
+            calls += [
+                (name, p, epoch, offset)
+                for offset in (0, 99, 100, 150, 250, 350, 400)
+                for name in ("remote_log_segment_metadata", "next_segment_with_txn_index")
+            ]
+            calls += [
+                ("first_segment_with_max_timestamp_at_least", p, epoch, ts, offset)
+                for ts in (0, TS + 99, TS + 150, TS + 299, TS + 400)
+                for offset in (0, 150, 250, 400)
+            ]
     for name, *args in calls:
         assert ask(getattr(rlmm, name), *args) == ask(getattr(view.queries, name), *args), (name, args)
     listed = rlmm.list_remote_log_segments(tp)
@@ -93,8 +109,9 @@ def test_batch_lookups_answer_each_lookup_alone(service) -> None:
     answers = rlmm.remote_log_segment_metadata_batch([(tp, 0, 15), (tp, 0, 5), (unknown, 0, 15), (tp, 1, 15)] * 3)
     assert [a.segment_id for a in answers[::4]] == [seg.segment_id] * 3
     assert answers[1::4] == [None] * 3 and answers[3::4] == [None] * 3
-    assert all(isinstance(a, NotFoundError) and a.kafka_exception == "RemoteResourceNotFoundException"
-               for a in answers[2::4])
+    assert all(
+        isinstance(a, NotFoundError) and a.kafka_exception == "RemoteResourceNotFoundException" for a in answers[2::4]
+    )
     assert rlmm.remote_log_segment_metadata_batch([]) == []
 
 
@@ -125,14 +142,16 @@ def test_writes_are_read_your_writes_and_kafkas_rules_refuse_some(service) -> No
     assert rlmm.remote_log_segment_metadata(tp, 0, 5) is None
     rlmm.update_remote_log_segment_metadata(finished(seg))
     assert rlmm.remote_log_segment_metadata(tp, 0, 5).segment_id == seg.segment_id
-    with pytest.raises(RefusedError, match="should have state as COPY_SEGMENT_STARTED but it contains state as: "
-                                           "COPY_SEGMENT_FINISHED") as refused:
+    with pytest.raises(
+        RefusedError, match="should have state as COPY_SEGMENT_STARTED but it contains state as: COPY_SEGMENT_FINISHED"
+    ) as refused:
         rlmm.add_remote_log_segment_metadata(segment(tp, 10, 19, state=SegmentState.COPY_SEGMENT_FINISHED))
     assert refused.value.code is grpc.StatusCode.FAILED_PRECONDITION
     assert refused.value.kafka_exception == "IllegalArgumentException"
     with pytest.raises(RefusedError, match="should not have the state as: COPY_SEGMENT_STARTED"):
-        rlmm.update_remote_log_segment_metadata(SegmentUpdate(tp, seg.segment_id, 1, 1, None,
-                                                              SegmentState.COPY_SEGMENT_STARTED))
+        rlmm.update_remote_log_segment_metadata(
+            SegmentUpdate(tp, seg.segment_id, 1, 1, None, SegmentState.COPY_SEGMENT_STARTED)
+        )
     for state in PartitionDeleteState:
         rlmm.put_remote_partition_delete_metadata(partition_delete(tp, state))
     with pytest.raises(NotFoundError, match="No resource found for partition") as gone:
@@ -186,8 +205,10 @@ def test_a_loading_partition_is_unavailable_with_a_retry_hint_and_the_client_ret
         assert "Remote log metadata cache is not initialized for partition" in failed.value.details()
         assert "retry in 0.5 s" in failed.value.details()
         info, retry = _details(failed.value)
-        assert info.reason == "REPLICA_NOT_AVAILABLE" and info.metadata["kafka_exception"] == \
-            "ReplicaNotAvailableException"
+        assert (
+            info.reason == "REPLICA_NOT_AVAILABLE"
+            and info.metadata["kafka_exception"] == "ReplicaNotAvailableException"
+        )
         assert retry.retry_delay.ToMilliseconds() == 500
         with pytest.raises(ReplicaNotAvailableError):
             rlmm.highest_offset_for_epoch(tp, 0)  # retried for 1 s, then given up
@@ -206,8 +227,11 @@ def test_a_write_not_applied_in_time_is_deadline_exceeded(service) -> None:
     assert manager.consumer.hold({0: position}).wait(5)
     late = segment(tp, 0, 9)
     try:
-        with pytest.raises(WriteTimeoutError, match=rf"was written but not applied within remote.log.metadata.consume"
-                                                    rf".wait.ms \({WAIT_MS} ms\); it may still be applied later") as e:
+        with pytest.raises(
+            WriteTimeoutError,
+            match=rf"was written but not applied within remote.log.metadata.consume"
+            rf".wait.ms \({WAIT_MS} ms\); it may still be applied later",
+        ) as e:
             rlmm.add_remote_log_segment_metadata(late)
         assert e.value.code is grpc.StatusCode.DEADLINE_EXCEEDED and e.value.kafka_exception == "TimeoutException"
     finally:

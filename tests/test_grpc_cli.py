@@ -30,8 +30,9 @@ def text(tp) -> str:
 
 
 def query(port: int, *args: str) -> tuple[int, object]:
-    done = subprocess.run([*RLMM, "query", "--target", f"127.0.0.1:{port}", *args], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [*RLMM, "query", "--target", f"127.0.0.1:{port}", *args], capture_output=True, text=True, timeout=60
+    )
     return done.returncode, json.loads(done.stdout)
 
 
@@ -39,16 +40,37 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
     tp = new_tp("cli")
     topic = f"rlmm-cli-{os.getpid()}-{time.monotonic_ns()}"
     config = tmp_path / "rlmm.toml"
-    config.write_text(f'view = "{tmp_path / "view"}"\nlisten = "127.0.0.1:1"\nlog_level = "debug"\n'
-                      f'[kafka]\n"remote.log.metadata.topic.name" = "{topic}"\n'
-                      f'"remote.log.metadata.topic.num.partitions" = 3\n'
-                      f'"remote.log.metadata.topic.replication.factor" = 1\n')
-    env = {**os.environ, "RLMM_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "RLMM_LOG_LEVEL": "info",
-           "RLMM_KAFKA": json.dumps({"remote.log.metadata.topic.min.insync.replicas": "1"})}
+    config.write_text(
+        f'view = "{tmp_path / "view"}"\nlisten = "127.0.0.1:1"\nlog_level = "debug"\n'
+        f'[kafka]\n"remote.log.metadata.topic.name" = "{topic}"\n'
+        f'"remote.log.metadata.topic.num.partitions" = 3\n'
+        f'"remote.log.metadata.topic.replication.factor" = 1\n'
+    )
+    env = {
+        **os.environ,
+        "RLMM_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "RLMM_LOG_LEVEL": "info",
+        "RLMM_KAFKA": json.dumps({"remote.log.metadata.topic.min.insync.replicas": "1"}),
+    }
     metrics_port = free_port()
-    process = subprocess.Popen([*RLMM, "serve", "--config", str(config), "--listen", "127.0.0.1:0",
-                                "--metrics-listen", f"127.0.0.1:{metrics_port}", "--partition", text(tp)],
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            *RLMM,
+            "serve",
+            "--config",
+            str(config),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            f"127.0.0.1:{metrics_port}",
+            "--partition",
+            text(tp),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = process.stdout.readline()
         assert line, f"rlmm serve ended before serving: {process.communicate(timeout=30)[1][-3000:]}"
@@ -62,8 +84,11 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
             rlmm.update_remote_log_segment_metadata(finished(seg))
         assert query(port, "ready", text(tp)) == (0, True)
         code, found = query(port, "segment", text(tp), "0", "42")
-        assert code == 0 and found["segment_id"] == uuid_to_str(seg.segment_id) and found["state"] == \
-            "COPY_SEGMENT_FINISHED"
+        assert (
+            code == 0
+            and found["segment_id"] == uuid_to_str(seg.segment_id)
+            and found["state"] == "COPY_SEGMENT_FINISHED"
+        )
         assert query(port, "segment", text(tp), "1", "42") == (0, None)
         assert query(port, "size", text(tp)) == (0, seg.segment_size_in_bytes)
         assert query(port, "highest-offset", text(tp), "0") == (0, 99)
@@ -76,15 +101,25 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
         code, status = query(port, "status")
         assert code == 0 and status["consumes"] and status["counters"]["applied"] == 2 and status["segments"] == 1
         code, error = query(port, "size", text(new_tp("unknown")))
-        assert code == 1 and error["error"] == "NOT_FOUND" and error["kafka_exception"] == \
-            "RemoteResourceNotFoundException"
+        assert (
+            code == 1
+            and error["error"] == "NOT_FOUND"
+            and error["kafka_exception"] == "RemoteResourceNotFoundException"
+        )
         scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
-        for line in ('rlmm_grpc_requests_total{code="OK",method="AddRemoteLogSegmentMetadata"} 1.0',
-                     'rlmm_grpc_requests_total{code="NOT_FOUND",method="RemoteLogSize"} 1.0',
-                     "rlmm_consumed_records_total 2.0", "process_resident_memory_bytes ", "rlmm_view_segments 1.0",
-                     "rlmm_quarantined_records 0.0",
-                     'rlmm_metadata_partition_lag{partition="', "rlmm_grpc_request_duration_seconds_bucket",
-                     'rlmm_view_records_total{result="applied"} 2.0', "rlmm_serving 1.0", "rlmm_view_disk_bytes"):
+        for line in (
+            'rlmm_grpc_requests_total{code="OK",method="AddRemoteLogSegmentMetadata"} 1.0',
+            'rlmm_grpc_requests_total{code="NOT_FOUND",method="RemoteLogSize"} 1.0',
+            "rlmm_consumed_records_total 2.0",
+            "process_resident_memory_bytes ",
+            "rlmm_view_segments 1.0",
+            "rlmm_quarantined_records 0.0",
+            'rlmm_metadata_partition_lag{partition="',
+            "rlmm_grpc_request_duration_seconds_bucket",
+            'rlmm_view_records_total{result="applied"} 2.0',
+            "rlmm_serving 1.0",
+            "rlmm_view_disk_bytes",
+        ):
             assert line in scraped, line
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
@@ -94,8 +129,11 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
             process.wait()
     logs = [json.loads(line) for line in process.stderr.read().splitlines() if line.startswith("{")]
     messages = [line["message"] for line in logs if line["logger"].startswith("rlmm.server")]
-    assert messages[0] == "serving" and messages[-3:] == ["stopping: draining calls in flight", "stopped serving",
-                                                         "view closed"]
+    assert messages[0] == "serving" and messages[-3:] == [
+        "stopping: draining calls in flight",
+        "stopped serving",
+        "view closed",
+    ]
     assert any(line.get("method") == "AddRemoteLogSegmentMetadata" for line in logs)
     with View(tmp_path / "view") as view:  # flushed and closed; the registration is kept
         assert [s.segment_id for s in view.queries.list_remote_log_segments(tp)] == [seg.segment_id]
@@ -103,10 +141,12 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
 
 def test_settings_come_from_file_then_environment_then_flags(tmp_path, monkeypatch) -> None:
     config = tmp_path / "rlmm.toml"
-    config.write_text('view = "/file"\nlisten = "127.0.0.1:1"\ngrace_s = 5\nbootstrap_servers = "file:9092"\n'
-                      'write_tokens = ["from-file"]\nwrite_tokens_over_plaintext = true\n[kafka]\n'
-                      '"remote.log.metadata.topic.num.partitions" = 7\n'
-                      '"remote.log.metadata.consume.all.partitions" = true\n')
+    config.write_text(
+        'view = "/file"\nlisten = "127.0.0.1:1"\ngrace_s = 5\nbootstrap_servers = "file:9092"\n'
+        'write_tokens = ["from-file"]\nwrite_tokens_over_plaintext = true\n[kafka]\n'
+        '"remote.log.metadata.topic.num.partitions" = 7\n'
+        '"remote.log.metadata.consume.all.partitions" = true\n'
+    )
     monkeypatch.setenv("RLMM_LISTEN", "127.0.0.1:2")
     monkeypatch.setenv("RLMM_GRACE_S", "6")
     settings = load_settings(config, grace_s=9.5)
@@ -114,18 +154,26 @@ def test_settings_come_from_file_then_environment_then_flags(tmp_path, monkeypat
     assert [t.get_secret_value() for t in settings.write_tokens] == ["from-file"] and "from-file" not in repr(settings)
     kafka = settings.rlmm_config()
     assert (kafka.bootstrap_servers, kafka.num_partitions, kafka.assign_all) == ("file:9092", 7, True)
-    for bad, problem in ((dict(listen="nowhere"), "expected HOST:PORT"),
-                         (dict(kafka={"remote.log.metadata.nope": "1"}), "unknown setting 'remote.log.metadata.nope'"),
-                         (dict(tls_cert=tmp_path / "c.pem"), "tls_cert and tls_key go together"),
-                         (dict(partitions=["x:y"]), "TOPIC_ID:TOPIC:PARTITION")):
+    for bad, problem in (
+        (dict(listen="nowhere"), "expected HOST:PORT"),
+        (dict(kafka={"remote.log.metadata.nope": "1"}), "unknown setting 'remote.log.metadata.nope'"),
+        (dict(tls_cert=tmp_path / "c.pem"), "tls_cert and tls_key go together"),
+        (dict(partitions=["x:y"]), "TOPIC_ID:TOPIC:PARTITION"),
+    ):
         with pytest.raises(ValidationError, match=problem):
             load_settings(config, **bad)
     monkeypatch.delenv("RLMM_LISTEN")
     monkeypatch.delenv("RLMM_BOOTSTRAP_SERVERS", raising=False)
     assert load_settings(None, view=tmp_path).bootstrap is None  # no Kafka: the view is served read-only
-    done = subprocess.run([*RLMM, "serve", "--view", str(tmp_path), "--write-subject", "CN=x"], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [*RLMM, "serve", "--view", str(tmp_path), "--write-subject", "CN=x"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and "write_subjects needs mutual TLS" in done.stderr
-    done = subprocess.run([*RLMM, "serve", "--view", str(tmp_path)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "RLMM_WRITE_TOKENS": '["s3cret"]'})
+    done = subprocess.run(
+        [*RLMM, "serve", "--view", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RLMM_WRITE_TOKENS": '["s3cret"]'},
+    )
     assert done.returncode == 2 and "write_tokens without TLS would travel in clear" in done.stderr

@@ -44,8 +44,10 @@ def test_readers_see_writes_land_in_order(kafka, tmp_path) -> None:
                         seen = len(listed)
                         finished_ends = [s.end_offset for s in listed if s.state.name == "COPY_SEGMENT_FINISHED"]
                         lookups = [(tp, 0, end) for end in finished_ends]
-                        assert all(r is not None and not isinstance(r, Exception)
-                                   for r in rlmm.remote_log_segment_metadata_batch(lookups))
+                        assert all(
+                            r is not None and not isinstance(r, Exception)
+                            for r in rlmm.remote_log_segment_metadata_batch(lookups)
+                        )
                         top = rlmm.highest_offset_for_epoch(tp, 0) or 0
                         assert top >= highest
                         highest = top

@@ -18,8 +18,11 @@ CONVERSIONS = {
 
 
 def _serialized_by_kafka() -> list[dict]:
-    return [r for r in load_records() if r.get("produced_by") == "RemoteLogMetadataSerde.serialize"
-            and r.get("api_key") in (0, 1, 2)]
+    return [
+        r
+        for r in load_records()
+        if r.get("produced_by") == "RemoteLogMetadataSerde.serialize" and r.get("api_key") in (0, 1, 2)
+    ]
 
 
 @pytest.mark.parametrize("case", params(_serialized_by_kafka, lambda r, i: r["case"]))

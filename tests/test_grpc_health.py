@@ -81,6 +81,7 @@ def test_a_stopping_server_finishes_calls_in_flight_and_takes_no_new_ones(kafka,
         rlmm = RlmmClient(f"127.0.0.1:{server.port}", retry_for=0)
         assert manager.consumer.hold({mp: 0}).wait(5)  # the write cannot be applied until released
         outcome: list[object] = []
+
         def write() -> None:
             outcome.append(rlmm.add_remote_log_segment_metadata(segment(tp, 0, 9)))
 
@@ -105,8 +106,9 @@ def test_reflection_describes_the_services(tmp_path) -> None:
     with View(tmp_path / "view") as view, running_server(view) as server:
         with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             database = ProtoReflectionDescriptorDatabase(channel)
-            assert {SERVICE_NAME, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= \
-                set(database.get_services())
+            assert {SERVICE_NAME, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= set(
+                database.get_services()
+            )
             service = descriptor_pool.DescriptorPool(database).FindServiceByName(SERVICE_NAME)
             assert "BatchRemoteLogSegmentMetadata" in service.methods_by_name
             assert service.methods_by_name["ListRemoteLogSegments"].server_streaming
@@ -115,14 +117,19 @@ def test_reflection_describes_the_services(tmp_path) -> None:
 def test_reflection_answers_under_the_v1_name_too(tmp_path) -> None:
     """grpcurl and newer clients ask grpc.reflection.v1 first; its messages are v1alpha's, field for field."""
     from grpc_reflection.v1alpha import reflection_pb2
+
     with View(tmp_path / "view") as view, running_server(view) as server:
         with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             for name in ("grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"):
-                call = channel.stream_stream(f"/{name}/ServerReflectionInfo",
-                                             request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
-                                             response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
-                asks = [reflection_pb2.ServerReflectionRequest(list_services=""),
-                        reflection_pb2.ServerReflectionRequest(file_containing_symbol=SERVICE_NAME)]
+                call = channel.stream_stream(
+                    f"/{name}/ServerReflectionInfo",
+                    request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                    response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+                )
+                asks = [
+                    reflection_pb2.ServerReflectionRequest(list_services=""),
+                    reflection_pb2.ServerReflectionRequest(file_containing_symbol=SERVICE_NAME),
+                ]
                 listed, described = list(call(iter(asks), timeout=10))
                 names = {s.name for s in listed.list_services_response.service}
                 assert {SERVICE_NAME, "grpc.health.v1.Health", name} <= names
@@ -131,6 +138,7 @@ def test_reflection_answers_under_the_v1_name_too(tmp_path) -> None:
 
 def test_the_protos_name_their_go_and_java_packages() -> None:
     from rlmm.v1 import metadata_pb2, service_pb2
+
     for module in (metadata_pb2, service_pb2):
         options = module.DESCRIPTOR.GetOptions()
         assert options.go_package.endswith("/rlmm/v1;rlmmv1") and options.java_package == "io.rlmm.v1"

@@ -28,15 +28,28 @@ class Pki:
         (self.root / name).write_bytes(data)
         return self.root / name
 
-    def client(self, port: int, name: str | None = None, *, ca: trustme.CA | None = None,
-               issuer: trustme.CA | None = None, **kwargs) -> RlmmClient:
+    def client(
+        self,
+        port: int,
+        name: str | None = None,
+        *,
+        ca: trustme.CA | None = None,
+        issuer: trustme.CA | None = None,
+        **kwargs,
+    ) -> RlmmClient:
         """A client trusting ``ca`` (default: the test CA), with a certificate for ``name`` if given."""
         chain = key = None
         if name is not None:
             leaf = (issuer or self.ca).issue_cert(f"{name}.clients.test", common_name=name)
             chain, key = leaf.cert_chain_pems[0].bytes(), leaf.private_key_pem.bytes()
-        return RlmmClient(f"localhost:{port}", root_certificates=(ca or self.ca).cert_pem.bytes(),
-                          certificate_chain=chain, private_key=key, retry_for=0.2, **kwargs)
+        return RlmmClient(
+            f"localhost:{port}",
+            root_certificates=(ca or self.ca).cert_pem.bytes(),
+            certificate_chain=chain,
+            private_key=key,
+            retry_for=0.2,
+            **kwargs,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +60,7 @@ def pki(tmp_path_factory) -> Pki:
 def test_tls_and_token_authorization(pki, tmp_path) -> None:
     with View(tmp_path / "view") as view:
         fill_view(view, TP, [segment(TP, 0, 9)])
-        with running_server(view, tls_cert=pki.server_cert, tls_key=pki.server_key,
-                            write_tokens=["s3cret"]) as server:
+        with running_server(view, tls_cert=pki.server_cert, tls_key=pki.server_key, write_tokens=["s3cret"]) as server:
             with pki.client(server.port) as rlmm:
                 assert rlmm.is_ready(TP) and rlmm.health() == "SERVING"
                 with pytest.raises(AccessDeniedError, match="writes need a listed client certificate") as denied:
@@ -68,8 +80,16 @@ def test_tls_and_token_authorization(pki, tmp_path) -> None:
 
 
 def test_mutual_tls_and_subject_authorization(pki, kafka, tmp_path) -> None:
-    with served(tmp_path, kafka.bootstrap_servers, [TP], tls_cert=pki.server_cert, tls_key=pki.server_key,
-                tls_client_ca=pki.ca_file, write_subjects=["writer"], write_tokens=["s3cret"]) as (server, _, _):
+    with served(
+        tmp_path,
+        kafka.bootstrap_servers,
+        [TP],
+        tls_cert=pki.server_cert,
+        tls_key=pki.server_key,
+        tls_client_ca=pki.ca_file,
+        write_subjects=["writer"],
+        write_tokens=["s3cret"],
+    ) as (server, _, _):
         with pki.client(server.port) as anonymous, pytest.raises(UnavailableError):
             anonymous.is_ready(TP)  # no client certificate: the handshake fails
         with pki.client(server.port, "writer", issuer=pki.other_ca) as forged, pytest.raises(UnavailableError):
@@ -109,8 +129,9 @@ def test_health_command_over_tls_and_mutual_tls(pki, tmp_path) -> None:
             plain = health(server.port)
             assert plain.exit_code == 1 and plain.stdout.startswith("UNREACHABLE")
             assert "for TLS give --ca" in plain.stderr
-        with running_server(view, tls_cert=pki.server_cert, tls_key=pki.server_key,
-                            tls_client_ca=pki.ca_file) as server:
+        with running_server(
+            view, tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca_file
+        ) as server:
             anonymous = health(server.port, "--ca", str(pki.ca_file))
             assert anonymous.exit_code == 1 and anonymous.stdout.startswith("UNREACHABLE")
             ok = health(server.port, "--ca", str(pki.ca_file), "--cert", str(cert), "--key", str(key), "--json")

@@ -9,12 +9,15 @@ from rlmm.state.kv import MemoryKV, StagedKV, last, scan
 
 keys = st.binary(min_size=1, max_size=3)
 prefixes = st.binary(min_size=1, max_size=2).filter(lambda p: p.strip(b"\xff"))  # the view's prefixes always end
-ops = st.lists(st.one_of(
-    st.tuples(st.just("put"), keys, st.binary(max_size=2)),
-    st.tuples(st.just("put_new"), keys, st.binary(max_size=2)),
-    st.tuples(st.just("delete"), keys),
-    st.tuples(st.just("delete_prefix"), prefixes),
-), max_size=40)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), keys, st.binary(max_size=2)),
+        st.tuples(st.just("put_new"), keys, st.binary(max_size=2)),
+        st.tuples(st.just("delete"), keys),
+        st.tuples(st.just("delete_prefix"), prefixes),
+    ),
+    max_size=40,
+)
 
 
 def apply(kv, op) -> None:

@@ -1,5 +1,5 @@
 """The code passes ruff's checks as pyproject.toml configures them (pycodestyle, pyflakes, import order,
-bugbear, pyupgrade)."""
+bugbear, pyupgrade) and is formatted as ``ruff format`` formats it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ruff_finds_nothing() -> None:
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_ruff_format_changes_nothing() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, "run `ruff format .`: " + done.stdout[-4000:] + done.stderr[-2000:]

@@ -41,8 +41,10 @@ def lookups(epochs: int, last_offset: int, step: int = 7) -> list[tuple[int, int
 def batch(view: View, asked: list[tuple[int, int, int]]) -> list:
     queries = view.queries
     indexes, epochs, offsets = ([lookup[i] for lookup in asked] for i in range(3))
-    return [a if a is None or isinstance(a, bytes) else a.kafka_name
-            for a in queries.segment_values(queries.lookup_partitions([TP]), indexes, epochs, offsets)]
+    return [
+        a if a is None or isinstance(a, bytes) else a.kafka_name
+        for a in queries.segment_values(queries.lookup_partitions([TP]), indexes, epochs, offsets)
+    ]
 
 
 def single(view: View, asked: list[tuple[int, int, int]], *, cached: bool = False) -> list:
@@ -236,8 +238,9 @@ def test_readers_find_every_committed_segment_while_a_writer_commits(tmp_path: P
                 count = committed[0]
                 asked = [(0, 0, i * 10 + 5) for i in range(count)]
                 answers = batch(view, asked) + single(view, asked[-20:], cached=True)
-                missing = [lookup for lookup, answer in zip(asked + asked[-20:], answers)
-                           if not isinstance(answer, bytes)]
+                missing = [
+                    lookup for lookup, answer in zip(asked + asked[-20:], answers) if not isinstance(answer, bytes)
+                ]
                 if missing:
                     failures.append(f"{missing[:3]} of {count} committed")
                     return

@@ -21,9 +21,23 @@ def test_an_editable_install_prints_no_build_warning(tmp_path) -> None:
         shutil.copytree(ROOT / package, project / package, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-                           "--no-deps", "-e", str(project)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "RLMM_COMPILE": "0"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "--no-deps",
+            "-e",
+            str(project),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RLMM_COMPILE": "0"},
+    )
     assert done.returncode == 0, done.stderr
     output = done.stdout + done.stderr
     assert "Successfully installed rlmm" in output

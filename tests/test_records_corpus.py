@@ -236,7 +236,9 @@ REFUSED = {
     "custom metadata length wraps": (segment_bytes(custom=uvarint(-(1 << 31))), MPE, "RuntimeException"),
     "unknown tag past the end": (segment_bytes(tags=b"\x01\x07\x7f"), MPE, "RuntimeException"),
     "unknown tag negative size": (
-        segment_bytes(tags=b"\x01\x07" + FIVE_BYTE_MINUS_ONE), MPE, "NegativeArraySizeException"
+        segment_bytes(tags=b"\x01\x07" + FIVE_BYTE_MINUS_ONE),
+        MPE,
+        "NegativeArraySizeException",
     ),
     "nested unknown tag past the end": (segment_bytes(segment_tags=b"\x01\x01\x7f"), MPE, "RuntimeException"),
     "tag count without tags": (segment_bytes(tags=b"\x02\x07\x00"), MPE, "BufferUnderflowException"),

@@ -18,8 +18,9 @@ SCENARIOS = sorted(p for p in (compat_dir() / "replay-public").iterdir() if p.is
 
 
 def run_replay(scenario: Path, *extra: str) -> tuple[list[dict], list]:
-    out = subprocess.run([sys.executable, "-m", "rlmm.cli", "replay", str(scenario), *extra],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "rlmm.cli", "replay", str(scenario), *extra], check=True, capture_output=True, text=True
+    ).stdout
     lines = [json.loads(line) for line in out.splitlines()]
     events = [line for line in lines if "event" in line]
     answers = [line for line in lines if "query" in line]
@@ -61,8 +62,9 @@ def test_replay_matches_kafka(scenario: Path, max_batch: int | None) -> None:
     results, answers = run_replay(scenario, *(["--max-batch", str(max_batch)] if max_batch else []))
 
     assert len(results) == len(events)
-    mismatched = [(i, e["kind"], e["apply_result"], r) for i, (e, r) in enumerate(zip(events, results))
-                  if e["apply_result"] != r]
+    mismatched = [
+        (i, e["kind"], e["apply_result"], r) for i, (e, r) in enumerate(zip(events, results)) if e["apply_result"] != r
+    ]
     assert not mismatched, f"apply results differ (index, kind, kafka, ours): {mismatched}"
 
     assert len(answers) == len(queries)
@@ -70,8 +72,10 @@ def test_replay_matches_kafka(scenario: Path, max_batch: int | None) -> None:
         try:
             assert_answer(query, got, events)
         except AssertionError as exc:
-            raise AssertionError(f"query {j} {query['op']} {query['args']} after event {query['after_event']}: "
-                                 f"kafka {query['expect']!r}, ours {got!r}") from exc
+            raise AssertionError(
+                f"query {j} {query['op']} {query['args']} after event {query['after_event']}: "
+                f"kafka {query['expect']!r}, ours {got!r}"
+            ) from exc
 
 
 def test_scenarios_are_present() -> None:

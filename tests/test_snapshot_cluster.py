@@ -28,8 +28,9 @@ SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 
 def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
     with log.open("wb") as out:
-        return subprocess.Popen([str(SPARK_CLASS), *args], stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)  # its own group: stopped with the JVM it execs
+        return subprocess.Popen(
+            [str(SPARK_CLASS), *args], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )  # its own group: stopped with the JVM it execs
 
 
 def _wait_for(predicate, timeout: float, what: str, log: Path) -> None:
@@ -51,17 +52,47 @@ def cluster(tmp_path_factory) -> Iterator[str]:
     logs = tmp_path_factory.mktemp("spark-cluster")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(SPARK_CLASS.parent.parent)}
     port = free_port()
-    master = _start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                     "--webui-port", str(free_port())], logs / "master.log", env)
+    master = _start(
+        [
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(free_port()),
+        ],
+        logs / "master.log",
+        env,
+    )
     worker = None
     try:
         _wait_for(lambda: _listening(port), 90, "the Spark master did not listen", logs / "master.log")
         url = f"spark://127.0.0.1:{port}"
-        worker = _start(["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "1",
-                         "--memory", "1g", "--webui-port", str(free_port()), "--work-dir", str(logs / "work")],
-                        logs / "worker.log", env)
-        _wait_for(lambda: "Registering worker" in (logs / "master.log").read_text(), 90,
-                  "no worker registered with the master", logs / "master.log")
+        worker = _start(
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(free_port()),
+                "--work-dir",
+                str(logs / "work"),
+            ],
+            logs / "worker.log",
+            env,
+        )
+        _wait_for(
+            lambda: "Registering worker" in (logs / "master.log").read_text(),
+            90,
+            "no worker registered with the master",
+            logs / "master.log",
+        )
         yield url
     finally:
         for process in (worker, master):
@@ -91,5 +122,7 @@ def test_a_build_on_a_standalone_cluster_equals_a_local_one(cluster, rlmm_config
     for source, out in ((topic, "from-topic"), (["--archive", str(tmp_path / "archive")], "from-archive")):
         built = _rlmm("snapshot", "build", *source, "--out", str(tmp_path / out), "--master", cluster, "--quiet")
         assert built["counts"]["segments"] > 0
-        assert _rlmm("snapshot", "verify", str(tmp_path / out), "--view", str(tmp_path / "view"),
-                     "--json") == {"differences": 0, "details": []}
+        assert _rlmm("snapshot", "verify", str(tmp_path / out), "--view", str(tmp_path / "view"), "--json") == {
+            "differences": 0,
+            "details": [],
+        }

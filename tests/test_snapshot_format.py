@@ -90,19 +90,27 @@ def _flip_byte(path, pos):
 CORRUPTIONS = {
     "no manifest": (lambda s: (s / MANIFEST).unlink(), "manifest missing"),
     "manifest not json": (lambda s: (s / MANIFEST).write_text("{"), "not valid JSON"),
-    "manifest altered": (lambda s: (s / MANIFEST).write_text(
-        (s / MANIFEST).read_text().replace('"num_metadata_partitions": 5', '"num_metadata_partitions": 6')),
-        "checksum mismatch"),
-    "newer format": (lambda s: _rewrite_manifest(s, lambda m: m.update(format_version=FORMAT_VERSION + 1)),
-                     "format version"),
+    "manifest altered": (
+        lambda s: (s / MANIFEST).write_text(
+            (s / MANIFEST).read_text().replace('"num_metadata_partitions": 5', '"num_metadata_partitions": 6')
+        ),
+        "checksum mismatch",
+    ),
+    "newer format": (
+        lambda s: _rewrite_manifest(s, lambda m: m.update(format_version=FORMAT_VERSION + 1)),
+        "format version",
+    ),
     "partition file missing": (lambda s: (s / "partitions-00000.avro").unlink(), "file missing"),
     "quarantine file missing": (lambda s: (s / "quarantine.avro").unlink(), "file missing"),
-    "truncated": (lambda s: (s / "partitions-00000.avro").write_bytes(
-        (s / "partitions-00000.avro").read_bytes()[:-100]),
-                  "truncated"),
+    "truncated": (
+        lambda s: (s / "partitions-00000.avro").write_bytes((s / "partitions-00000.avro").read_bytes()[:-100]),
+        "truncated",
+    ),
     "byte flipped": (lambda s: _flip_byte(s / "partitions-00000.avro", 300), "SHA-256 mismatch"),
-    "byte flipped, checksums forged": (lambda s: (_flip_byte(s / "partitions-00000.avro", 300), _forge(s)),
-                                       "partitions-00000.avro"),
+    "byte flipped, checksums forged": (
+        lambda s: (_flip_byte(s / "partitions-00000.avro", 300), _forge(s)),
+        "partitions-00000.avro",
+    ),
     "counts forged": (lambda s: _rewrite_manifest(s, lambda m: m["counts"].update(segments=1)), "counts"),
     "foreign avro file": (lambda s: (_foreign(s), _forge(s)), "schema"),
 }
@@ -116,6 +124,7 @@ def _forge(snap):
         for entry in m["partition_files"] + [m["quarantine_file"]]:
             path = snap / entry["name"]
             entry["bytes"], entry["sha256"] = path.stat().st_size, _sha256(path)
+
     _rewrite_manifest(snap, change)
 
 
@@ -147,8 +156,10 @@ def test_cli_export_restore_verify(tmp_path):
     events, tps = workload_events(1500, seed=9)
     live_view(events, tps, tmp_path / "live").close()
     runner = CliRunner()
-    result = runner.invoke(main, ["snapshot", "export", "--view", str(tmp_path / "live"), "--out", str(tmp_path / "s"),
-                                  "--num-partitions", "5"])
+    result = runner.invoke(
+        main,
+        ["snapshot", "export", "--view", str(tmp_path / "live"), "--out", str(tmp_path / "s"), "--num-partitions", "5"],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["counts"]["partitions"] > 0
     result = runner.invoke(main, ["snapshot", "restore", str(tmp_path / "s"), "--view", str(tmp_path / "r"), "--quiet"])
@@ -164,6 +175,7 @@ def test_cli_export_restore_verify(tmp_path):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_parallel_restore_from_many_files(workers, tmp_path, monkeypatch):
     import snapshots.format as fmt
+
     monkeypatch.setattr(fmt, "SEGMENTS_PER_FILE", 8)
     events, tps = workload_events(3000, seed=13)
     live_view(events, tps, tmp_path / "live").close()
@@ -197,8 +209,10 @@ else:
 
 
 def test_folders_of_killed_export_and_restore_are_removed_by_the_next_run(snapshot, tmp_path):
-    for command, source, target, kind in [("export", tmp_path / "live", tmp_path / "snap2", "partial"),
-                                          ("restore", snapshot, tmp_path / "restored", "restoring")]:
+    for command, source, target, kind in [
+        ("export", tmp_path / "live", tmp_path / "snap2", "partial"),
+        ("restore", snapshot, tmp_path / "restored", "restoring"),
+    ]:
         killed = subprocess.run([sys.executable, "-c", _KILLED_MIDWAY, command, str(source), str(target)])
         assert killed.returncode == -9
         left = list(tmp_path.glob(f"{target.name}.{kind}-*"))

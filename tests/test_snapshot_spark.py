@@ -49,12 +49,17 @@ def spark():
 def produce(config, events) -> None:
     """Produce records at their own offsets (each metadata partition's offsets are 0..n-1 in order)."""
     ensure_topic(AdminClient(config.admin_config()), config)
-    producer = Producer({"bootstrap.servers": config.bootstrap_servers, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": config.bootstrap_servers, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
+    )
     delivered = []
     for mp, offset, value in events:
-        producer.produce(config.topic, value=value, partition=mp,
-                         on_delivery=lambda err, msg, want=(mp, offset): delivered.append((err, msg.offset(), want)))
+        producer.produce(
+            config.topic,
+            value=value,
+            partition=mp,
+            on_delivery=lambda err, msg, want=(mp, offset): delivered.append((err, msg.offset(), want)),
+        )
         producer.poll(0)
     assert producer.flush(30) == 0
     assert all(err is None and got == want[1] for err, got, want in delivered), "records must land at their offsets"
@@ -107,6 +112,7 @@ def unique_stream(name):
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_scenario_kafka_rebuild_equals_replay(name, spark, rlmm_config, kafka, tmp_path):
     import json
+
     meta = json.loads((scenario_dir(name) / "scenario.json").read_text())
     config = rlmm_config(num_partitions=meta["num_metadata_partitions"])
     produce(config, unique_stream(name))
@@ -140,8 +146,13 @@ def test_generated_kafka_snapshot_tail_incremental(spark, rlmm_config, kafka, tm
     build(spark, tmp_path / "snap-x", bootstrap=kafka.bootstrap_servers, topic=config.topic)
     produce(config, events[cut:])
     build(spark, tmp_path / "snap-full", bootstrap=kafka.bootstrap_servers, topic=config.topic)
-    build(spark, tmp_path / "snap-incr", bootstrap=kafka.bootstrap_servers, topic=config.topic,
-          base_dir=tmp_path / "snap-x")
+    build(
+        spark,
+        tmp_path / "snap-incr",
+        bootstrap=kafka.bootstrap_servers,
+        topic=config.topic,
+        base_dir=tmp_path / "snap-x",
+    )
 
     full, incr = read_snapshot(tmp_path / "snap-full"), read_snapshot(tmp_path / "snap-incr")
     key = lambda s: (s.tp.topic_id, s.tp.partition)  # noqa: E731
@@ -163,8 +174,12 @@ def test_generated_kafka_snapshot_tail_incremental(spark, rlmm_config, kafka, tm
             rlmm = RemoteLogMetadataManager(view, config, tps)
             # Kafka's rule: a metadata partition whose last record fails makes its partitions wait
             failing = ending_in_failure(events, tps, tmp_path / "scratch")
-            ready = [tp for tp in tps if metadata_partition(tp.topic_id, tp.partition, 4) not in failing
-                     and not live.queries.partition_row(tp).removed]  # (a removed partition is never ready)
+            ready = [
+                tp
+                for tp in tps
+                if metadata_partition(tp.topic_id, tp.partition, 4) not in failing
+                and not live.queries.partition_row(tp).removed
+            ]  # (a removed partition is never ready)
             with rlmm:
                 assert {mp: p - 1 for mp, p in rlmm.consumer.initial_positions.items()} == start
                 assert rlmm.consumer.wait_ready(ready, timeout=60)
@@ -187,22 +202,62 @@ def test_cli_archive_then_build_from_archive_equals_kafka_build(spark, rlmm_conf
     from click.testing import CliRunner
 
     from rlmm.cli import main
+
     events, tps = workload_events(1500, seed=31, metadata_partitions=3)
     events = dense(events)
     config = rlmm_config(num_partitions=3)
     produce(config, events)
     runner = CliRunner()
-    result = runner.invoke(main, ["archive", "-b", kafka.bootstrap_servers, "--topic", config.topic,
-                                  "--out", str(tmp_path / "archive"), "--records-per-file", "400", "--quiet"])
+    result = runner.invoke(
+        main,
+        [
+            "archive",
+            "-b",
+            kafka.bootstrap_servers,
+            "--topic",
+            config.topic,
+            "--out",
+            str(tmp_path / "archive"),
+            "--records-per-file",
+            "400",
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["records"] == len(events)
-    result = runner.invoke(main, ["snapshot", "build", "--archive", str(tmp_path / "archive"), "--out",
-                                  str(tmp_path / "from-archive"), "--master", "local[2]"])
+    result = runner.invoke(
+        main,
+        [
+            "snapshot",
+            "build",
+            "--archive",
+            str(tmp_path / "archive"),
+            "--out",
+            str(tmp_path / "from-archive"),
+            "--master",
+            "local[2]",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "snapshot written" in result.output  # progress (stderr is mixed in by the runner)
-    result = runner.invoke(main, ["snapshot", "build", "-b", kafka.bootstrap_servers, "--topic", config.topic,
-                                  "--out", str(tmp_path / "from-kafka"), "--split", "300", "--quiet",
-                                  "--conf", "spark.sql.shuffle.partitions=3"])
+    result = runner.invoke(
+        main,
+        [
+            "snapshot",
+            "build",
+            "-b",
+            kafka.bootstrap_servers,
+            "--topic",
+            config.topic,
+            "--out",
+            str(tmp_path / "from-kafka"),
+            "--split",
+            "300",
+            "--quiet",
+            "--conf",
+            "spark.sql.shuffle.partitions=3",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
     spark.conf.set("spark.sql.shuffle.partitions", "8")
@@ -211,8 +266,9 @@ def test_cli_archive_then_build_from_archive_equals_kafka_build(spark, rlmm_conf
     assert sorted(a.states, key=key) == sorted(k.states, key=key)
     assert a.quarantine == k.quarantine and a.metadata_offsets == k.metadata_offsets
     assert spark.range(3).count() == 3  # the session survived the in-process command
-    result = runner.invoke(main, ["snapshot", "restore", str(tmp_path / "from-kafka"), "--view", str(tmp_path / "v"),
-                                  "--quiet"])
+    result = runner.invoke(
+        main, ["snapshot", "restore", str(tmp_path / "from-kafka"), "--view", str(tmp_path / "v"), "--quiet"]
+    )
     assert result.exit_code == 0, result.output
     with live_view(events, tps, tmp_path / "live"):
         pass
@@ -224,8 +280,20 @@ def test_cli_build_refuses_a_conf_that_is_not_key_value(tmp_path):
     from click.testing import CliRunner
 
     from rlmm.cli import main
-    result = CliRunner().invoke(main, ["snapshot", "build", "--archive", str(tmp_path), "--out", str(tmp_path / "s"),
-                                       "--conf", "spark.sql.shuffle.partitions"])
+
+    result = CliRunner().invoke(
+        main,
+        [
+            "snapshot",
+            "build",
+            "--archive",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "s"),
+            "--conf",
+            "spark.sql.shuffle.partitions",
+        ],
+    )
     assert result.exit_code == 2
     assert "'spark.sql.shuffle.partitions' is not KEY=VALUE" in result.output
     assert not (tmp_path / "s").exists()
@@ -237,12 +305,14 @@ def test_a_partition_with_records_in_two_metadata_partitions_is_refused(spark, t
     from rlmm.records.model import SegmentMetadata
     from rlmm.records.serde import decode_value
     from snapshots.format import SnapshotError
+
     events, _ = workload_events(600, seed=41, metadata_partitions=3)
     mp, _, value = next(e for e in events if isinstance(decode_value(e[2]), SegmentMetadata))
     write_archive(tmp_path / "archive", dense([*events, ((mp + 1) % 3, 0, value)]), 3)
     tp = decode_value(value).tp
-    with pytest.raises(SnapshotError, match=f"user partition {tp.topic}-{tp.partition} has records in more than "
-                                            f"one metadata partition"):
+    with pytest.raises(
+        SnapshotError, match=f"user partition {tp.topic}-{tp.partition} has records in more than one metadata partition"
+    ):
         build(spark, tmp_path / "snap", archive_dir=tmp_path / "archive")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["archive"]
 
@@ -253,11 +323,27 @@ def test_ctrl_c_during_a_build_cancels_it_quietly(tmp_path):
     import signal
     import subprocess
     import sys
+
     events, _ = workload_events(60_000, seed=31)
     write_archive(tmp_path / "archive", dense(events), 5)
-    build = subprocess.Popen([sys.executable, "-m", "rlmm.cli", "snapshot", "build", "--archive",
-                              str(tmp_path / "archive"), "--out", str(tmp_path / "snap"), "--master", "local[2]"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    build = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlmm.cli",
+            "snapshot",
+            "build",
+            "--archive",
+            str(tmp_path / "archive"),
+            "--out",
+            str(tmp_path / "snap"),
+            "--master",
+            "local[2]",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines = []
     for line in build.stderr:  # progress lines until the job runs
         lines.append(line)

@@ -58,6 +58,7 @@ def fold_into_kv(events, only=None) -> tuple[MemoryKV, list, dict]:
 def test_fold_equals_replay(name, tmp_path):
     from rlmm.replay import Scenario
     from tests.snapshot_support import scenario_dir
+
     only = {tp for tp, _ in Scenario.load(scenario_dir(name)).assigned}
     with replayed_view(name, tmp_path, all_ready=True) as view:
         kv, quarantine, offsets = fold_into_kv(scenario_events(name), only)
@@ -75,8 +76,9 @@ def test_fold_equals_live_view(seed, tmp_path):
         expected = {tp: rows for tp, rows in view_rows(view._kv).items() if tp in set(partitions(kv))}
         assert view_rows(kv) == expected
         assert {"metadata_offsets": offsets, "quarantine": quarantine} == non_partition_rows(view)
-        assert view_answers(Queries(kv), kv) == {tp: a for tp, a in view_answers(view.queries, view._kv).items()
-                                                 if tp in expected}
+        assert view_answers(Queries(kv), kv) == {
+            tp: a for tp, a in view_answers(view.queries, view._kv).items() if tp in expected
+        }
 
 
 @pytest.mark.parametrize("seed", [7, 8])
@@ -93,5 +95,6 @@ def test_the_streaming_fold_equals_the_grouped_fold(seed):
     expected_states, expected_quarantine, _ = fold_local(topic)
     assert sorted(quarantine, key=lambda q: (q.metadata_partition, q.offset)) == expected_quarantine != []
     assert len({key for key, _ in states}) == len(states) == len(expected_states)
-    assert sorted((state for _, state in states), key=lambda s: (s.tp.topic_id, s.tp.partition)) == \
-        sorted(expected_states, key=lambda s: (s.tp.topic_id, s.tp.partition))
+    assert sorted((state for _, state in states), key=lambda s: (s.tp.topic_id, s.tp.partition)) == sorted(
+        expected_states, key=lambda s: (s.tp.topic_id, s.tp.partition)
+    )

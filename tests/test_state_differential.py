@@ -45,9 +45,14 @@ def segments(draw, tp=ASSIGNED):
     # epoch start offsets inside the segment, non-decreasing (sometimes equal: degenerate epochs)
     starts = sorted([start] + [draw(st.integers(start, end)) for _ in epochs[1:]])
     return SegmentMetadata(
-        tp=tp, segment_id=draw(st.sampled_from(SEGMENT_IDS)), start_offset=start, end_offset=end,
-        broker_id=draw(st.integers(0, 3)), max_timestamp_ms=draw(st.integers(-1, 5)),
-        event_timestamp_ms=draw(st.integers(0, 10**6)), segment_leader_epochs=tuple(zip(epochs, starts)),
+        tp=tp,
+        segment_id=draw(st.sampled_from(SEGMENT_IDS)),
+        start_offset=start,
+        end_offset=end,
+        broker_id=draw(st.integers(0, 3)),
+        max_timestamp_ms=draw(st.integers(-1, 5)),
+        event_timestamp_ms=draw(st.integers(0, 10**6)),
+        segment_leader_epochs=tuple(zip(epochs, starts)),
         segment_size_in_bytes=draw(st.integers(-1, 1000)),
         custom_metadata=draw(st.one_of(st.none(), st.binary(max_size=3))),
         state=draw(st.sampled_from([SegmentState.COPY_SEGMENT_STARTED] * 6 + list(SegmentState))),
@@ -56,13 +61,23 @@ def segments(draw, tp=ASSIGNED):
 
 
 updates = st.builds(
-    SegmentUpdate, tp=st.just(ASSIGNED), segment_id=st.sampled_from(SEGMENT_IDS), broker_id=st.integers(0, 3),
-    event_timestamp_ms=st.integers(0, 10**6), custom_metadata=st.one_of(st.none(), st.binary(max_size=3)),
-    state=st.sampled_from([SegmentState.COPY_SEGMENT_FINISHED] * 4 + [SegmentState.DELETE_SEGMENT_STARTED] * 2
-                          + list(SegmentState)),
+    SegmentUpdate,
+    tp=st.just(ASSIGNED),
+    segment_id=st.sampled_from(SEGMENT_IDS),
+    broker_id=st.integers(0, 3),
+    event_timestamp_ms=st.integers(0, 10**6),
+    custom_metadata=st.one_of(st.none(), st.binary(max_size=3)),
+    state=st.sampled_from(
+        [SegmentState.COPY_SEGMENT_FINISHED] * 4 + [SegmentState.DELETE_SEGMENT_STARTED] * 2 + list(SegmentState)
+    ),
 )
-partition_deletes = st.builds(PartitionDelete, tp=st.just(ASSIGNED), broker_id=st.just(0),
-                              event_timestamp_ms=st.just(0), state=st.sampled_from(list(PartitionDeleteState)))
+partition_deletes = st.builds(
+    PartitionDelete,
+    tp=st.just(ASSIGNED),
+    broker_id=st.just(0),
+    event_timestamp_ms=st.just(0),
+    state=st.sampled_from(list(PartitionDeleteState)),
+)
 
 
 @st.composite
@@ -70,14 +85,25 @@ def chains(draw):
     """Contiguous segments of one epoch range, each added and finished, and deletions of some of them for
     later in the stream: an epoch's offset index then loses first entries (retention), middle and last
     ones, with the chain continuing after them or broken."""
-    ids = draw(st.permutations(SEGMENT_IDS))[:draw(st.integers(2, 4))]
+    ids = draw(st.permutations(SEGMENT_IDS))[: draw(st.integers(2, 4))]
     epoch, start = draw(st.integers(0, 4)), draw(st.integers(0, 20))
     now, later = [], []
     for segment_id in ids:
         end = start + draw(st.integers(0, 12))
-        segment = SegmentMetadata(ASSIGNED, segment_id, start, end, 0, draw(st.integers(-1, 5)), 0,
-                                  ((epoch, start),), draw(st.integers(0, 100)), None,
-                                  SegmentState.COPY_SEGMENT_STARTED, draw(st.booleans()))
+        segment = SegmentMetadata(
+            ASSIGNED,
+            segment_id,
+            start,
+            end,
+            0,
+            draw(st.integers(-1, 5)),
+            0,
+            ((epoch, start),),
+            draw(st.integers(0, 100)),
+            None,
+            SegmentState.COPY_SEGMENT_STARTED,
+            draw(st.booleans()),
+        )
         now += [segment, SegmentUpdate(ASSIGNED, segment_id, 0, 0, None, SegmentState.COPY_SEGMENT_FINISHED)]
         if draw(st.booleans()):
             later.append(SegmentUpdate(ASSIGNED, segment_id, 0, 0, None, SegmentState.DELETE_SEGMENT_STARTED))
@@ -85,9 +111,17 @@ def chains(draw):
     return now, later
 
 
-records = st.one_of(segments(), segments(), updates, updates, updates, segments(OTHER), chains(),
-                    partition_deletes.filter(lambda r: r.state is not PartitionDeleteState.DELETE_PARTITION_FINISHED),
-                    st.just(None))  # None: redeliver an earlier record
+records = st.one_of(
+    segments(),
+    segments(),
+    updates,
+    updates,
+    updates,
+    segments(OTHER),
+    chains(),
+    partition_deletes.filter(lambda r: r.state is not PartitionDeleteState.DELETE_PARTITION_FINISHED),
+    st.just(None),
+)  # None: redeliver an earlier record
 
 
 @st.composite
@@ -115,8 +149,12 @@ def streams(draw):
     return events, sorted(set(cuts))
 
 
-@settings(max_examples=int(os.environ.get("RLMM_DIFF_EXAMPLES", 300)), deadline=None,
-          derandomize=bool(os.environ.get("CI")), suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("RLMM_DIFF_EXAMPLES", 300)),
+    deadline=None,
+    derandomize=bool(os.environ.get("CI")),
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(streams())
 def test_view_matches_naive_model(stream) -> None:
     events, cuts = stream

@@ -29,8 +29,11 @@ STARTING_OFFSETS = (-1, 0, 5, 13, 25, 40, 60, 91, 100)  # their end offsets are 
 
 def kafka_scan(queries: Queries, tp: TopicIdPartition, epoch: int, timestamp: int, starting_offset: int):
     for segment in queries.list_epoch_segments(tp, epoch):
-        if segment.max_timestamp_ms >= timestamp and segment.end_offset >= starting_offset \
-                and segment.state is SegmentState.COPY_SEGMENT_FINISHED:
+        if (
+            segment.max_timestamp_ms >= timestamp
+            and segment.end_offset >= starting_offset
+            and segment.state is SegmentState.COPY_SEGMENT_FINISHED
+        ):
             return segment
     return None
 
@@ -42,8 +45,12 @@ def answer(call, *args):
         return exc.kafka_name
 
 
-@settings(max_examples=int(os.environ.get("RLMM_DIFF_EXAMPLES", 300)) // 2, deadline=None,
-          derandomize=bool(os.environ.get("CI")), suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("RLMM_DIFF_EXAMPLES", 300)) // 2,
+    deadline=None,
+    derandomize=bool(os.environ.get("CI")),
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(streams())
 def test_descent_picks_the_segment_kafkas_scan_picks(stream) -> None:
     events, cuts = stream
@@ -57,8 +64,9 @@ def test_descent_picks_the_segment_kafkas_scan_picks(stream) -> None:
                 for timestamp in TIMESTAMPS:
                     for starting_offset in STARTING_OFFSETS:
                         args = (ASSIGNED, epoch, timestamp, starting_offset)
-                        assert answer(queries.first_segment_with_max_timestamp_at_least, *args) \
-                            == answer(kafka_scan, queries, *args), args
+                        assert answer(queries.first_segment_with_max_timestamp_at_least, *args) == answer(
+                            kafka_scan, queries, *args
+                        ), args
 
 
 class CountingKV:
@@ -100,12 +108,28 @@ def history(count: int, retained: int, copying: bool) -> MemoryKV:
     records: list = []
     for i in range(count + copying):
         segment_id = i.to_bytes(16, "big")
-        records.append(SegmentMetadata(ASSIGNED, segment_id, i * 100, i * 100 + 99, 0, 1_000 * i + (7919 * i) % 2_500,
-                                       0, ((0, i * 100),), 1, None, SegmentState.COPY_SEGMENT_STARTED, True))
+        records.append(
+            SegmentMetadata(
+                ASSIGNED,
+                segment_id,
+                i * 100,
+                i * 100 + 99,
+                0,
+                1_000 * i + (7919 * i) % 2_500,
+                0,
+                ((0, i * 100),),
+                1,
+                None,
+                SegmentState.COPY_SEGMENT_STARTED,
+                True,
+            )
+        )
         if i < count:
             records.append(SegmentUpdate(ASSIGNED, segment_id, 0, 0, None, SegmentState.COPY_SEGMENT_FINISHED))
-    records += [SegmentUpdate(ASSIGNED, i.to_bytes(16, "big"), 0, 0, None, SegmentState.DELETE_SEGMENT_STARTED)
-                for i in range(count - retained)]
+    records += [
+        SegmentUpdate(ASSIGNED, i.to_bytes(16, "big"), 0, 0, None, SegmentState.DELETE_SEGMENT_STARTED)
+        for i in range(count - retained)
+    ]
     for offset, record in enumerate(records):
         assert machine.handle(record, offset).status == "applied"
     machine.flush()

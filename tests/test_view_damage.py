@@ -38,8 +38,9 @@ def damage(path: Path, cf: str = K.OFFSETS, places: int = 3) -> Path:
     kv = RocksKV(path, read_only=True)
     listing = kv.cfs[cf].property_value("rocksdb.sstables")  # lines " NUMBER:SIZE[...": the live table files
     kv.close()
-    number, size = max(((int(n), int(b)) for n, b in re.findall(r"^\s*(\d+):(\d+)\[", listing, re.MULTILINE)),
-                       key=lambda file: file[1])
+    number, size = max(
+        ((int(n), int(b)) for n, b in re.findall(r"^\s*(\d+):(\d+)\[", listing, re.MULTILINE)), key=lambda file: file[1]
+    )
     table = path / f"{number:06d}.sst"
     with table.open("r+b") as f:
         for i in range(1, places + 1):
@@ -80,13 +81,17 @@ def test_range_reads_fail_on_a_damaged_block_instead_of_ending_early(kv_pair) ->
     for i in range(0, KEYS * 10, 37):
         key = b"p" + i.to_bytes(8, "big")
         for read in ("floor", "ceiling"):
-            failed += same_or_damaged(lambda: getattr(clean, read)(K.OFFSETS, key, b"p"),
-                                      lambda: getattr(damaged, read)(K.OFFSETS, key, b"p"))
+            failed += same_or_damaged(
+                lambda: getattr(clean, read)(K.OFFSETS, key, b"p"), lambda: getattr(damaged, read)(K.OFFSETS, key, b"p")
+            )
     assert failed > 0  # the damage was reached, and reported each time
-    assert same_or_damaged(lambda: list(clean.iter_from(K.OFFSETS, b"p", b"p")),
-                           lambda: list(damaged.iter_from(K.OFFSETS, b"p", b"p")))
-    assert same_or_damaged(lambda: list(clean.iter_down_from(K.OFFSETS, b"q", b"p")),
-                           lambda: list(damaged.iter_down_from(K.OFFSETS, b"q", b"p")))
+    assert same_or_damaged(
+        lambda: list(clean.iter_from(K.OFFSETS, b"p", b"p")), lambda: list(damaged.iter_from(K.OFFSETS, b"p", b"p"))
+    )
+    assert same_or_damaged(
+        lambda: list(clean.iter_down_from(K.OFFSETS, b"q", b"p")),
+        lambda: list(damaged.iter_down_from(K.OFFSETS, b"q", b"p")),
+    )
     with pytest.raises(ViewDamaged, match="Corruption: block checksum mismatch"):
         damaged.count_keys(K.OFFSETS)
     assert clean.count_keys(K.OFFSETS) == KEYS
@@ -129,12 +134,18 @@ def test_every_query_answers_as_the_undamaged_view_or_fails(views) -> None:
     with View(clean_dir, read_only=True) as clean, View(damaged_dir, read_only=True, cache_mb=1) as damaged:
         asked = lookups(clean, tps)
         assert len(asked) > 10_000
-        failed = sum(same_or_damaged(lambda: clean.queries.remote_log_segment_metadata(*lookup),
-                                     lambda: damaged.queries.remote_log_segment_metadata(*lookup))
-                     for lookup in asked)
+        failed = sum(
+            same_or_damaged(
+                lambda: clean.queries.remote_log_segment_metadata(*lookup),
+                lambda: damaged.queries.remote_log_segment_metadata(*lookup),
+            )
+            for lookup in asked
+        )
         for tp in live_partitions(clean, tps):
-            failed += same_or_damaged(lambda: list(clean.queries.list_remote_log_segments(tp)),
-                                      lambda: list(damaged.queries.list_remote_log_segments(tp)))
+            failed += same_or_damaged(
+                lambda: list(clean.queries.list_remote_log_segments(tp)),
+                lambda: list(damaged.queries.list_remote_log_segments(tp)),
+            )
         for cf in K.COLUMN_FAMILIES:
             failed += same_or_damaged(lambda: list(clean.items(cf)), lambda: list(damaged.items(cf)))
         assert failed > 0
@@ -151,16 +162,19 @@ def test_view_check_and_export_exit_1_on_a_damaged_view(views, tmp_path) -> None
 
     result = invoke("view", "check", "--view", str(damaged_dir))
     assert result.exit_code == 1 and result.stdout == ""
-    one_error_line(result.stderr, f"the view {damaged_dir} is damaged", "block checksum mismatch",
-                   "rlmm snapshot restore")
+    one_error_line(
+        result.stderr, f"the view {damaged_dir} is damaged", "block checksum mismatch", "rlmm snapshot restore"
+    )
     assert "in use" not in result.stderr  # "block" holds "lock": errors are told apart by type
 
-    result = invoke("snapshot", "export", "--view", str(damaged_dir), "--out", str(tmp_path / "s"),
-                    "--num-partitions", "3")
+    result = invoke(
+        "snapshot", "export", "--view", str(damaged_dir), "--out", str(tmp_path / "s"), "--num-partitions", "3"
+    )
     assert result.exit_code == 1
     one_error_line(result.stderr, "is damaged", "block checksum mismatch")
-    result = invoke("snapshot", "export", "--view", str(clean_dir), "--out", str(tmp_path / "s"),
-                    "--num-partitions", "3")
+    result = invoke(
+        "snapshot", "export", "--view", str(clean_dir), "--out", str(tmp_path / "s"), "--num-partitions", "3"
+    )
     assert result.exit_code == 0
 
 
@@ -171,14 +185,32 @@ def test_the_server_stops_serving_a_damaged_view(views, tmp_path) -> None:
     clean_dir, damaged_dir, tps = views
     served = tmp_path / "served"
     shutil.copytree(damaged_dir, served)
-    server = subprocess.Popen([*RLMM, "serve", "--view", str(served), "--listen", "127.0.0.1:0", "--metrics-listen",
-                               "127.0.0.1:0", "--log-level", "warning", "--log-format", "text"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "RLMM_CACHE_MB": "1"})
+    server = subprocess.Popen(
+        [
+            *RLMM,
+            "serve",
+            "--view",
+            str(served),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--log-level",
+            "warning",
+            "--log-format",
+            "text",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RLMM_CACHE_MB": "1"},
+    )
     try:
         started = json.loads(server.stdout.readline())
-        with RlmmClient(f"127.0.0.1:{started['port']}", retry_for=0) as client, \
-                View(clean_dir, read_only=True) as clean:
+        with (
+            RlmmClient(f"127.0.0.1:{started['port']}", retry_for=0) as client,
+            View(clean_dir, read_only=True) as clean,
+        ):
             assert client.health() == "SERVING"
             codes = []
             for lookup in lookups(clean, tps):
@@ -199,9 +231,17 @@ def test_the_server_stops_serving_a_damaged_view(views, tmp_path) -> None:
             assert "rlmm serve --reset" in refused.value.message
             status = client.status()
             assert not status["serving"] and "Corruption: block checksum mismatch" in status["failure"]
-        metrics = subprocess.run([sys.executable, "-c", "import sys, urllib.request; sys.stdout.write(urllib.request."
-                                  f"urlopen('http://127.0.0.1:{started['metrics_port']}/metrics').read().decode())"],
-                                 capture_output=True, text=True, timeout=30).stdout
+        metrics = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys, urllib.request; sys.stdout.write(urllib.request."
+                f"urlopen('http://127.0.0.1:{started['metrics_port']}/metrics').read().decode())",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
         assert "rlmm_view_damaged 1.0" in metrics and "rlmm_serving 0.0" in metrics
     finally:
         server.terminate()

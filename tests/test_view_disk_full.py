@@ -32,8 +32,9 @@ def small_disk(tmp_path) -> Iterator[Path]:
     """A 24 MB tmpfs. Mounting needs root (CI runs as root): without it the test fails, it never skips."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     assert done.returncode == 0, f"cannot mount a tmpfs for the full-disk test (run as root): {done.stderr.strip()}"
     try:
         yield mount
@@ -87,8 +88,10 @@ def test_a_full_disk_stops_applying_and_recovers_once_space_is_freed(rlmm_config
         assert backend.failure() is None and rlmm.consumer.storage_failures == 1
         assert rlmm.consumer.wait_ready([TP], timeout=30)
         assert len(list(rlmm.queries.list_remote_log_segments(TP))) == 40
-        recovered = {cf: [(k, v) for k, v in view.items(cf) if not k.startswith(CONSUMER_STATE_PREFIX)]
-                     for cf in K.COLUMN_FAMILIES}
+        recovered = {
+            cf: [(k, v) for k, v in view.items(cf) if not k.startswith(CONSUMER_STATE_PREFIX)]
+            for cf in K.COLUMN_FAMILIES
+        }
 
     with View(tmp_path / "clean") as clean:
         with clean.batch() as batch:

@@ -106,9 +106,7 @@ def from_canonical(d: dict[str, Any]) -> RemoteLogMetadata:
             _custom(d), _state(d, SegmentState),
         )  # fmt: skip
     if type_name == "RemotePartitionDeleteMetadata":
-        return PartitionDelete(
-            _tp(d), d["broker_id"], d["event_timestamp_ms"], _state(d, PartitionDeleteState)
-        )
+        return PartitionDelete(_tp(d), d["broker_id"], d["event_timestamp_ms"], _state(d, PartitionDeleteState))
     common = (
         uuid_from_str(d["segment_id"]), d["start_offset"], d["end_offset"], d["broker_id"],
         d["max_timestamp_ms"], d["event_timestamp_ms"], _epochs(d), d["segment_size_in_bytes"],

@@ -52,8 +52,12 @@ class TopicIdPartition:
         self.partition = partition
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, TopicIdPartition) and self.topic_id == other.topic_id
-                and self.partition == other.partition and self.topic == other.topic)
+        return (
+            isinstance(other, TopicIdPartition)
+            and self.topic_id == other.topic_id
+            and self.partition == other.partition
+            and self.topic == other.topic
+        )
 
     def __hash__(self) -> int:
         return hash((self.topic_id, self.topic, self.partition))
@@ -80,10 +84,22 @@ class SegmentMetadata:
     txn_index_empty: bool = False
     unknown_tags: UnknownTags = field(default=(), compare=False)
 
-    def __init__(self, tp: TopicIdPartition, segment_id: bytes, start_offset: int, end_offset: int, broker_id: int,
-                 max_timestamp_ms: int, event_timestamp_ms: int, segment_leader_epochs: LeaderEpochs,
-                 segment_size_in_bytes: int, custom_metadata: bytes | None, state: SegmentState,
-                 txn_index_empty: bool = False, unknown_tags: UnknownTags = ()) -> None:
+    def __init__(
+        self,
+        tp: TopicIdPartition,
+        segment_id: bytes,
+        start_offset: int,
+        end_offset: int,
+        broker_id: int,
+        max_timestamp_ms: int,
+        event_timestamp_ms: int,
+        segment_leader_epochs: LeaderEpochs,
+        segment_size_in_bytes: int,
+        custom_metadata: bytes | None,
+        state: SegmentState,
+        txn_index_empty: bool = False,
+        unknown_tags: UnknownTags = (),
+    ) -> None:
         self.tp = tp
         self.segment_id = segment_id
         self.start_offset = start_offset
@@ -114,8 +130,16 @@ class SegmentUpdate:
     state: SegmentState
     unknown_tags: UnknownTags = field(default=(), compare=False)
 
-    def __init__(self, tp: TopicIdPartition, segment_id: bytes, broker_id: int, event_timestamp_ms: int,
-                 custom_metadata: bytes | None, state: SegmentState, unknown_tags: UnknownTags = ()) -> None:
+    def __init__(
+        self,
+        tp: TopicIdPartition,
+        segment_id: bytes,
+        broker_id: int,
+        event_timestamp_ms: int,
+        custom_metadata: bytes | None,
+        state: SegmentState,
+        unknown_tags: UnknownTags = (),
+    ) -> None:
         self.tp = tp
         self.segment_id = segment_id
         self.broker_id = broker_id
@@ -138,8 +162,14 @@ class PartitionDelete:
     state: PartitionDeleteState
     unknown_tags: UnknownTags = field(default=(), compare=False)
 
-    def __init__(self, tp: TopicIdPartition, broker_id: int, event_timestamp_ms: int, state: PartitionDeleteState,
-                 unknown_tags: UnknownTags = ()) -> None:
+    def __init__(
+        self,
+        tp: TopicIdPartition,
+        broker_id: int,
+        event_timestamp_ms: int,
+        state: PartitionDeleteState,
+        unknown_tags: UnknownTags = (),
+    ) -> None:
         self.tp = tp
         self.broker_id = broker_id
         self.event_timestamp_ms = event_timestamp_ms
@@ -167,10 +197,21 @@ class SegmentSnapshot:
     txn_index_empty: bool = False
     unknown_tags: UnknownTags = field(default=(), compare=False)
 
-    def __init__(self, segment_id: bytes, start_offset: int, end_offset: int, broker_id: int, max_timestamp_ms: int,
-                 event_timestamp_ms: int, segment_leader_epochs: LeaderEpochs, segment_size_in_bytes: int,
-                 custom_metadata: bytes | None, state: SegmentState, txn_index_empty: bool = False,
-                 unknown_tags: UnknownTags = ()) -> None:
+    def __init__(
+        self,
+        segment_id: bytes,
+        start_offset: int,
+        end_offset: int,
+        broker_id: int,
+        max_timestamp_ms: int,
+        event_timestamp_ms: int,
+        segment_leader_epochs: LeaderEpochs,
+        segment_size_in_bytes: int,
+        custom_metadata: bytes | None,
+        state: SegmentState,
+        txn_index_empty: bool = False,
+        unknown_tags: UnknownTags = (),
+    ) -> None:
         self.segment_id = segment_id
         self.start_offset = start_offset
         self.end_offset = end_offset

@@ -83,17 +83,13 @@ class DecodeError(ValueError):
         self.position = position
 
 
-
-
 def _parse_error(error: WireError) -> DecodeError:
     return DecodeError(f"malformed record: {error}", _PARSE, error.java_class, error.position)
 
 
 def _check_end(data: bytes, p: int) -> None:
     if p != len(data):
-        raise DecodeError(
-            f"{len(data) - p} byte(s) of trailing data after the record (at byte {p})", _PARSE, None, p
-        )
+        raise DecodeError(f"{len(data) - p} byte(s) of trailing data after the record (at byte {p})", _PARSE, None, p)
 
 
 def _truncated(p: int) -> WireError:
@@ -171,8 +167,9 @@ def _read_segment_id(data: bytes, p: int, unknown: list[tuple[str, int, bytes]])
     return topic, topic_id, partition, segment_id, p
 
 
-def _read_segment_tail(data: bytes, p: int, unknown: list[tuple[str, int, bytes]]
-                       ) -> tuple[int, bytes | None, int, int | None, int]:
+def _read_segment_tail(
+    data: bytes, p: int, unknown: list[tuple[str, int, bytes]]
+) -> tuple[int, bytes | None, int, int | None, int]:
     """The fields after the leader epochs, common to segments and snapshots: (size, custom metadata,
     state id, TxnIndexEmpty's byte or None when absent, next position)."""
     size, n = I32_B.unpack_from(data, p)
@@ -247,8 +244,8 @@ def _read_common_segment(data: bytes) -> SegmentMetadata | None:
     p += n - 1
     if n < 1 or p + 75 > size:
         return None
-    topic_id, partition, t1, segment_id, t2, start, end, broker, max_ts, event_ts, count = (
-        SEGMENT_HEAD_B.unpack_from(data, p)
+    topic_id, partition, t1, segment_id, t2, start, end, broker, max_ts, event_ts, count = SEGMENT_HEAD_B.unpack_from(
+        data, p
     )
     topic_end = p
     p += 75
@@ -421,9 +418,7 @@ def _read_header(data: bytes) -> tuple[int, int]:
     if api_key not in _READERS:
         raise DecodeError(f"unknown api key {api_key}", _PARSE, "UnsupportedVersionException")
     if version != 0:
-        raise DecodeError(
-            f"unsupported version {version} of api key {api_key}", _PARSE, "UnsupportedVersionException"
-        )
+        raise DecodeError(f"unsupported version {version} of api key {api_key}", _PARSE, "UnsupportedVersionException")
     return api_key, p
 
 
@@ -490,8 +485,7 @@ def _segment_id_parts(r: SegmentMetadata | SegmentUpdate, tags: _Tags) -> list[b
 
 def _add_segment_fields(parts: list[bytes], r: SegmentMetadata | SegmentSnapshot, tags: _Tags) -> list[bytes]:
     """The fields from StartOffset to the end, common to segments and snapshots."""
-    parts.append(SEGMENT_RUN.pack(r.start_offset, r.end_offset, r.broker_id, r.max_timestamp_ms,
-                                  r.event_timestamp_ms))
+    parts.append(SEGMENT_RUN.pack(r.start_offset, r.end_offset, r.broker_id, r.max_timestamp_ms, r.event_timestamp_ms))
     _write_epochs(parts, r.segment_leader_epochs, tags)
     parts += (
         I32.pack(r.segment_size_in_bytes),
@@ -508,14 +502,31 @@ def _write_segment(r: SegmentMetadata, tags: _Tags) -> list[bytes]:
         return _add_segment_fields([b"\x01\x00\x00", *_segment_id_parts(r, tags)], r, tags)
     # the common case, packed as the reader unpacks it: no unknown tags, a one-byte epoch count
     tp = r.tp
-    parts = [b"\x01\x00\x00", compact_string(tp.topic, "topic name"),
-             SEGMENT_HEAD_B.pack(uuid_bytes(tp.topic_id, "topic id"), tp.partition, 0,
-                                 uuid_bytes(r.segment_id, "segment id"), 0, r.start_offset, r.end_offset,
-                                 r.broker_id, r.max_timestamp_ms, r.event_timestamp_ms, len(epochs) + 1)]
+    parts = [
+        b"\x01\x00\x00",
+        compact_string(tp.topic, "topic name"),
+        SEGMENT_HEAD_B.pack(
+            uuid_bytes(tp.topic_id, "topic id"),
+            tp.partition,
+            0,
+            uuid_bytes(r.segment_id, "segment id"),
+            0,
+            r.start_offset,
+            r.end_offset,
+            r.broker_id,
+            r.max_timestamp_ms,
+            r.event_timestamp_ms,
+            len(epochs) + 1,
+        ),
+    ]
     for epoch, offset in epochs:
         parts.append(I32_I64_B.pack(epoch, offset, 0))
-    parts += (I32.pack(r.segment_size_in_bytes), compact_nullable_bytes(r.custom_metadata), I8.pack(r.state),
-              _TXN_TRUE_SECTION if r.txn_index_empty else _EMPTY_TAGS)
+    parts += (
+        I32.pack(r.segment_size_in_bytes),
+        compact_nullable_bytes(r.custom_metadata),
+        I8.pack(r.state),
+        _TXN_TRUE_SECTION if r.txn_index_empty else _EMPTY_TAGS,
+    )
     return parts
 
 

@@ -40,10 +40,12 @@ def server_credentials(settings: ServeSettings) -> grpc.ServerCredentials | None
         client_ca = None if settings.tls_client_ca is None else settings.tls_client_ca.read_bytes()
         key, cert = settings.tls_key.read_bytes(), settings.tls_cert.read_bytes()
     except OSError as exc:
-        raise ServeError(f"cannot read {exc.filename} ({exc.strerror}): check tls_cert, tls_key and "
-                         f"tls_client_ca") from exc
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca,
-                                       require_client_auth=client_ca is not None)
+        raise ServeError(
+            f"cannot read {exc.filename} ({exc.strerror}): check tls_cert, tls_key and tls_client_ca"
+        ) from exc
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
 
 
 class RlmmServer:
@@ -53,20 +55,31 @@ class RlmmServer:
         self.backend = backend
         self.settings = settings
         self.metrics = metrics or Metrics()
-        self._pools = {"read": ThreadPoolExecutor(settings.read_threads, "rlmm-read"),
-                       "stream": ThreadPoolExecutor(settings.stream_threads, "rlmm-stream"),
-                       "write": ThreadPoolExecutor(settings.write_threads, "rlmm-write")}
+        self._pools = {
+            "read": ThreadPoolExecutor(settings.read_threads, "rlmm-read"),
+            "stream": ThreadPoolExecutor(settings.stream_threads, "rlmm-stream"),
+            "write": ThreadPoolExecutor(settings.write_threads, "rlmm-write"),
+        }
         if settings.write_tokens and settings.tls_cert is None:
             log.warning("write tokens are accepted without TLS (write_tokens_over_plaintext): they travel in clear")
         self.servicer = RlmmServicer(
-            backend, metrics=self.metrics, pools=self._pools, max_batch_lookups=settings.max_batch_lookups,
-            stream_chunk=settings.stream_chunk, retry_after_s=settings.retry_after_ms / 1000,
-            auth=WriteAuthorization(settings.write_subjects, [t.get_secret_value() for t in settings.write_tokens]))
+            backend,
+            metrics=self.metrics,
+            pools=self._pools,
+            max_batch_lookups=settings.max_batch_lookups,
+            stream_chunk=settings.stream_chunk,
+            retry_after_s=settings.retry_after_ms / 1000,
+            auth=WriteAuthorization(settings.write_subjects, [t.get_secret_value() for t in settings.write_tokens]),
+        )
         # health answers Watch from the stream pool, so that a watcher never holds a read thread
-        self.health = health.HealthServicer(experimental_non_blocking=True,
-                                            experimental_thread_pool=self._pools["stream"])
-        self._server = grpc.server(self._pools["read"], maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
-                                   options=[("grpc.so_reuseport", 0)])  # a second server on the port fails
+        self.health = health.HealthServicer(
+            experimental_non_blocking=True, experimental_thread_pool=self._pools["stream"]
+        )
+        self._server = grpc.server(
+            self._pools["read"],
+            maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+            options=[("grpc.so_reuseport", 0)],
+        )  # a second server on the port fails
         add_to_server(self.servicer, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         enable_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), self._server)
@@ -74,11 +87,16 @@ class RlmmServer:
         host, port = split_address(settings.listen)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            self.port = (self._server.add_secure_port(address, credentials) if credentials is not None
-                         else self._server.add_insecure_port(address))
+            self.port = (
+                self._server.add_secure_port(address, credentials)
+                if credentials is not None
+                else self._server.add_insecure_port(address)
+            )
         except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
-            raise ServeError(f"cannot listen on {settings.listen}: the address is in use or not local; choose "
-                             f"another (--listen, RLMM_LISTEN)") from exc
+            raise ServeError(
+                f"cannot listen on {settings.listen}: the address is in use or not local; choose "
+                f"another (--listen, RLMM_LISTEN)"
+            ) from exc
         self._stopping = threading.Event()
         self._health_thread = threading.Thread(target=self._watch_health, name="rlmm-health", daemon=True)
 
@@ -86,9 +104,15 @@ class RlmmServer:
         self._set_health(self.backend.serving())
         self._server.start()
         self._health_thread.start()
-        log.info("serving", extra={"port": self.port, "tls": self.settings.tls_cert is not None,
-                                   "mutual_tls": self.settings.tls_client_ca is not None,
-                                   "consumes": self.backend.consumes})
+        log.info(
+            "serving",
+            extra={
+                "port": self.port,
+                "tls": self.settings.tls_cert is not None,
+                "mutual_tls": self.settings.tls_client_ca is not None,
+                "consumes": self.backend.consumes,
+            },
+        )
         return self
 
     def _set_health(self, serving: bool) -> None:
@@ -102,8 +126,13 @@ class RlmmServer:
             now = self.backend.serving()
             if now != serving:
                 failure = None if now else self.backend.failure()
-                log.log(logging.ERROR if failure else logging.INFO, "health: %s%s", "SERVING" if now else "NOT_SERVING",
-                        f" ({failure})" if failure else "", extra={"serving": now, "failure": failure})
+                log.log(
+                    logging.ERROR if failure else logging.INFO,
+                    "health: %s%s",
+                    "SERVING" if now else "NOT_SERVING",
+                    f" ({failure})" if failure else "",
+                    extra={"serving": now, "failure": failure},
+                )
                 self._set_health(now)
                 serving = now
 
@@ -129,8 +158,9 @@ def run(settings: ServeSettings, started: Callable[[dict], None], reset: bool = 
     partitions = settings.initial_partitions()
     if reset:
         partitions += reset_view(settings.view)
-    with View(settings.view, sync=settings.sync, cache_mb=settings.cache_mb,
-              row_cache_mb=settings.row_cache_mb) as view:
+    with View(
+        settings.view, sync=settings.sync, cache_mb=settings.cache_mb, row_cache_mb=settings.row_cache_mb
+    ) as view:
         manager = None if config is None else RemoteLogMetadataManager(view, config, partitions)
         if manager is not None:
             manager.start()
@@ -145,10 +175,19 @@ def run(settings: ServeSettings, started: Callable[[dict], None], reset: bool = 
                     metrics_port = metrics.serve_http(*split_address(settings.metrics_listen))
                 except OSError as exc:
                     server.stop(0)
-                    raise ServeError(f"cannot serve metrics on {settings.metrics_listen} ({exc.strerror}): choose "
-                                     f"another address (--metrics-listen, RLMM_METRICS_LISTEN)") from exc
-            started({"event": "serving", "port": server.port, "metrics_port": metrics_port,
-                     "consumes": manager is not None, "pid": os.getpid()})
+                    raise ServeError(
+                        f"cannot serve metrics on {settings.metrics_listen} ({exc.strerror}): choose "
+                        f"another address (--metrics-listen, RLMM_METRICS_LISTEN)"
+                    ) from exc
+            started(
+                {
+                    "event": "serving",
+                    "port": server.port,
+                    "metrics_port": metrics_port,
+                    "consumes": manager is not None,
+                    "pid": os.getpid(),
+                }
+            )
             stop.wait()
             log.info("stopping: draining calls in flight", extra={"grace_s": settings.grace_s})
             server.stop()
@@ -157,4 +196,3 @@ def run(settings: ServeSettings, started: Callable[[dict], None], reset: bool = 
                 manager.close()
             view.flush()
     log.info("view closed", extra={"view": str(settings.view)})
-

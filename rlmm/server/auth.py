@@ -34,7 +34,7 @@ class WriteAuthorization:
             return
         token = next((v for k, v in context.invocation_metadata() if k == "authorization"), None)
         if token is not None:
-            if token[:len(_BEARER)].lower() == _BEARER and self._known_token(token[len(_BEARER):].strip()):
+            if token[: len(_BEARER)].lower() == _BEARER and self._known_token(token[len(_BEARER) :].strip()):
                 return
             raise AccessDenied(grpc.StatusCode.PERMISSION_DENIED, "the bearer token is not one allowed to write")
         auth = context.auth_context()
@@ -42,11 +42,14 @@ class WriteAuthorization:
         if any(name in self.subjects for name in names):
             return
         if names:
-            raise AccessDenied(grpc.StatusCode.PERMISSION_DENIED,
-                               f"client certificate {names[0]!r} is not allowed to write")
-        raise AccessDenied(grpc.StatusCode.UNAUTHENTICATED,
-                           "writes need a listed client certificate (mutual TLS) or a bearer token "
-                           "('authorization: Bearer TOKEN' metadata)")
+            raise AccessDenied(
+                grpc.StatusCode.PERMISSION_DENIED, f"client certificate {names[0]!r} is not allowed to write"
+            )
+        raise AccessDenied(
+            grpc.StatusCode.UNAUTHENTICATED,
+            "writes need a listed client certificate (mutual TLS) or a bearer token "
+            "('authorization: Bearer TOKEN' metadata)",
+        )
 
     def _known_token(self, token: str) -> bool:
         digest = _digest(token)

@@ -54,12 +54,16 @@ class Backend:
     def _check_trusted(self) -> None:
         fault = self.view.fault
         if fault is not None:
-            raise ViewDamaged(f"the view is damaged ({fault}): this server is NOT_SERVING; restore the view from a "
-                              f"snapshot or rebuild it from the topic (rlmm serve --reset)")
+            raise ViewDamaged(
+                f"the view is damaged ({fault}): this server is NOT_SERVING; restore the view from a "
+                f"snapshot or rebuild it from the topic (rlmm serve --reset)"
+            )
         failure = None if self._manager is None else self._manager.consumer.failure
         if failure is not None:
-            raise ConsumerStoppedError(f"the metadata consumer stopped ({failure}): this server is NOT_SERVING "
-                                       f"and answers no more reads, which would be stale")
+            raise ConsumerStoppedError(
+                f"the metadata consumer stopped ({failure}): this server is NOT_SERVING "
+                f"and answers no more reads, which would be stale"
+            )
 
     @property
     def consumes(self) -> bool:
@@ -68,15 +72,18 @@ class Backend:
     def manager(self) -> RemoteLogMetadataManager:
         """The manager, for writes and registrations; a server without Kafka refuses them."""
         if self._manager is None:
-            raise NoKafkaError("this server serves a view without Kafka (started without bootstrap servers): "
-                               "it takes no writes nor registrations")
+            raise NoKafkaError(
+                "this server serves a view without Kafka (started without bootstrap servers): "
+                "it takes no writes nor registrations"
+            )
         return self._manager
 
     def serving(self) -> bool:
         """The view is open and undamaged and, with Kafka, the consumer runs on a known-good topic and the
         producer can send."""
-        return self.view.fault is None and (self._manager is None or (self._manager.consumer.initialized
-                                                                      and self._producer_failure() is None))
+        return self.view.fault is None and (
+            self._manager is None or (self._manager.consumer.initialized and self._producer_failure() is None)
+        )
 
     def _producer_failure(self) -> str | None:
         producer = None if self._manager is None else self._manager.producer
@@ -123,14 +130,29 @@ class Backend:
             applied = self.view.metadata_offsets()
             counters = self.view.counters()
         except ViewError as exc:
-            return Status(serving=False, consumes=consumes, failure=f"{type(exc).__name__}: {exc}",
-                          metadata_partitions=[], registered_partitions=0, loading_partitions=0, segments=0)
+            return Status(
+                serving=False,
+                consumes=consumes,
+                failure=f"{type(exc).__name__}: {exc}",
+                metadata_partitions=[],
+                registered_partitions=0,
+                loading_partitions=0,
+                segments=0,
+            )
         live = [row for row in rows if row.assigned and not row.removed]
-        partitions = [MetadataPartitionStatus(mp, applied.get(mp), getattr(progress.get(mp), "end", None),
-                                              getattr(progress.get(mp), "lag", None))
-                      for mp in sorted(applied.keys() | progress.keys())]
-        return Status(serving=self.serving(), consumes=consumes, failure=self.failure(),
-                      metadata_partitions=partitions,
-                      registered_partitions=sum(row.assigned for row in rows),
-                      loading_partitions=sum(not row.ready for row in live),
-                      segments=sum(row.segment_count for row in live), counters=counters)
+        partitions = [
+            MetadataPartitionStatus(
+                mp, applied.get(mp), getattr(progress.get(mp), "end", None), getattr(progress.get(mp), "lag", None)
+            )
+            for mp in sorted(applied.keys() | progress.keys())
+        ]
+        return Status(
+            serving=self.serving(),
+            consumes=consumes,
+            failure=self.failure(),
+            metadata_partitions=partitions,
+            registered_partitions=sum(row.assigned for row in rows),
+            loading_partitions=sum(not row.ready for row in live),
+            segments=sum(row.segment_count for row in live),
+            counters=counters,
+        )

@@ -18,35 +18,70 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), envvar="RLMM_CONFIG",
-              help="TOML file with the settings (or RLMM_CONFIG); environment variables RLMM_<NAME> and these "
-                   "flags override it.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="RLMM_CONFIG",
+    help="TOML file with the settings (or RLMM_CONFIG); environment variables RLMM_<NAME> and these flags override it.",
+)
 @click.option("--view", "view", type=click.Path(file_okay=False, path_type=Path), help="The view's directory.")
 @click.option("--listen", help="gRPC address HOST:PORT [127.0.0.1:50051].")
-@click.option("--bootstrap-server", "-b", "bootstrap_servers",
-              help="Kafka bootstrap servers; without them the view is served read-only.")
-@click.option("--set", "kafka", multiple=True, metavar="NAME=VALUE",
-              help="A Kafka-named setting, e.g. remote.log.metadata.topic.num.partitions=50 (repeatable).")
-@click.option("--partition", "partitions", multiple=True, metavar="TOPIC_ID:TOPIC:PARTITION",
-              help="Register a user partition at start (repeatable).")
+@click.option(
+    "--bootstrap-server",
+    "-b",
+    "bootstrap_servers",
+    help="Kafka bootstrap servers; without them the view is served read-only.",
+)
+@click.option(
+    "--set",
+    "kafka",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A Kafka-named setting, e.g. remote.log.metadata.topic.num.partitions=50 (repeatable).",
+)
+@click.option(
+    "--partition",
+    "partitions",
+    multiple=True,
+    metavar="TOPIC_ID:TOPIC:PARTITION",
+    help="Register a user partition at start (repeatable).",
+)
 @click.option("--metrics-listen", help="Serve Prometheus /metrics on HOST:PORT.")
 @click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path), help="Server certificate (PEM).")
 @click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path), help="Server private key (PEM).")
-@click.option("--tls-client-ca", type=click.Path(dir_okay=False, path_type=Path),
-              help="CA (PEM) of client certificates: require mutual TLS.")
-@click.option("--write-subject", "write_subjects", multiple=True,
-              help="A client certificate subject (or CN) allowed to write (repeatable); tokens go in the file "
-                   "or RLMM_WRITE_TOKENS.")
-@click.option("--write-tokens-over-plaintext", is_flag=True, default=None,
-              help="Accept write tokens without TLS, where they travel in clear (loopback, a protected network).")
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="CA (PEM) of client certificates: require mutual TLS.",
+)
+@click.option(
+    "--write-subject",
+    "write_subjects",
+    multiple=True,
+    help="A client certificate subject (or CN) allowed to write (repeatable); tokens go in the file "
+    "or RLMM_WRITE_TOKENS.",
+)
+@click.option(
+    "--write-tokens-over-plaintext",
+    is_flag=True,
+    default=None,
+    help="Accept write tokens without TLS, where they travel in clear (loopback, a protected network).",
+)
 @click.option("--grace-s", type=float, help="Seconds in-flight calls get on SIGTERM [30].")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
-              help="Least severe log lines on stderr [info].")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="Least severe log lines on stderr [info].",
+)
 @click.option("--log-format", type=click.Choice(["json", "text"]), help="Log lines as JSON objects or text [json].")
-@click.option("--reset", is_flag=True,
-              help="Set the existing view aside (VIEW.reset-TIMESTAMP, nothing is deleted) and consume the topic "
-                   "again from the start into a fresh view, with the same registered partitions: after the "
-                   "metadata topic changed under the view.")
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="Set the existing view aside (VIEW.reset-TIMESTAMP, nothing is deleted) and consume the topic "
+    "again from the start into a fresh view, with the same registered partitions: after the "
+    "metadata topic changed under the view.",
+)
 def serve(config_file: Path | None, kafka: tuple[str, ...], reset: bool, **flags) -> None:
     """Serve the RLMM gRPC API over a view, consuming Kafka into it when bootstrap servers are given.
 
@@ -69,9 +104,11 @@ def serve(config_file: Path | None, kafka: tuple[str, ...], reset: bool, **flags
     if reset and config.rlmm_config() is None:
         raise click.UsageError("--reset consumes the topic again into a fresh view: give the bootstrap servers")
     if config.rlmm_config() is None and not (config.view / "CURRENT").is_file():
-        raise click.UsageError(f"without bootstrap servers serve answers read-only from an existing view, and there "
-                               f"is none at {config.view}: give --bootstrap-server (or RLMM_BOOTSTRAP_SERVERS), or "
-                               f"restore a snapshot there first (rlmm snapshot restore)")
+        raise click.UsageError(
+            f"without bootstrap servers serve answers read-only from an existing view, and there "
+            f"is none at {config.view}: give --bootstrap-server (or RLMM_BOOTSTRAP_SERVERS), or "
+            f"restore a snapshot there first (rlmm snapshot restore)"
+        )
     setup_logging(config.log_level, config.log_format)
     try:
         with view_errors(config.view):
@@ -87,8 +124,10 @@ def _settings_problems(exc: ValidationError) -> str:
         where = ".".join(str(part) for part in error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         problems.append(f"{where}: {message}" if where else message)
-    return (f"invalid settings: {'; '.join(problems)} (settings come from --config, RLMM_<NAME> variables and "
-            f"flags; see docs/configuration.md)")
+    return (
+        f"invalid settings: {'; '.join(problems)} (settings come from --config, RLMM_<NAME> variables and "
+        f"flags; see docs/configuration.md)"
+    )
 
 
 # ---- rlmm query ----------------------------------------------------------------------------------------
@@ -97,27 +136,44 @@ _PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 @click.group(cls=GroupOptionsAnywhere)
-@click.option("--target", "-t", default="127.0.0.1:50051", show_default=True, envvar="RLMM_TARGET",
-              help="The server, HOST:PORT (or RLMM_TARGET).")
+@click.option(
+    "--target",
+    "-t",
+    default="127.0.0.1:50051",
+    show_default=True,
+    envvar="RLMM_TARGET",
+    help="The server, HOST:PORT (or RLMM_TARGET).",
+)
 @click.option("--ca", type=_PEM, help="Verify the server's TLS certificate with this CA (PEM).")
 @click.option("--tls", is_flag=True, help="Use TLS, verified with the system's CAs.")
 @click.option("--cert", type=_PEM, help="Client certificate (mutual TLS).")
 @click.option("--key", type=_PEM, help="Client private key (mutual TLS).")
 @click.option("--token", envvar="RLMM_TOKEN", help="Bearer token for writes (or RLMM_TOKEN).")
 @click.option("--timeout", type=float, default=10.0, show_default=True, help="Deadline of each attempt, seconds.")
-@click.option("--retry-for", type=float, default=10.0, show_default=True,
-              help="Keep retrying UNAVAILABLE this long, seconds.")
+@click.option(
+    "--retry-for", type=float, default=10.0, show_default=True, help="Keep retrying UNAVAILABLE this long, seconds."
+)
 @click.pass_context
-def query(ctx: click.Context, target: str, ca: Path | None, tls: bool, cert: Path | None, key: Path | None,
-          token: str | None, timeout: float, retry_for: float) -> None:
+def query(
+    ctx: click.Context,
+    target: str,
+    ca: Path | None,
+    tls: bool,
+    cert: Path | None,
+    key: Path | None,
+    token: str | None,
+    timeout: float,
+    retry_for: float,
+) -> None:
     """Ask a running rlmm server (one JSON line per answer). Partitions are TOPIC_ID:TOPIC:PARTITION.
 
     Exit code 1 when the call fails: the error is printed as JSON on stdout
     ({"error": CODE, "message": ..., "reason": ..., "kafka_exception": ...}) and as one line on stderr."""
     from rlmm.client import RlmmClient
 
-    client = RlmmClient.from_files(target, ca=ca, cert=cert, key=key, tls=tls, token=token, timeout=timeout,
-                                   retry_for=retry_for)
+    client = RlmmClient.from_files(
+        target, ca=ca, cert=cert, key=key, tls=tls, token=token, timeout=timeout, retry_for=retry_for
+    )
     ctx.obj = ctx.with_resource(client)
 
 
@@ -139,15 +195,26 @@ def _answer(call: Callable[[], object]) -> None:
     try:
         result = call()
     except RlmmError as exc:
-        click.echo(json.dumps({"error": exc.code.name, "message": exc.message, "reason": exc.reason,
-                               "kafka_exception": exc.kafka_exception}))
+        click.echo(
+            json.dumps(
+                {
+                    "error": exc.code.name,
+                    "message": exc.message,
+                    "reason": exc.reason,
+                    "kafka_exception": exc.kafka_exception,
+                }
+            )
+        )
         target = click.get_current_context().obj.target  # the client the query group made
         if exc.reason is None and exc.code.name == "UNAVAILABLE":  # the transport's, not rlmm's answer
-            raise Failure(f"UNAVAILABLE: no answer from {target} ({exc.message}): is rlmm serve running there? "
-                          f"Give its address with --target or RLMM_TARGET") from None
+            raise Failure(
+                f"UNAVAILABLE: no answer from {target} ({exc.message}): is rlmm serve running there? "
+                f"Give its address with --target or RLMM_TARGET"
+            ) from None
         if exc.reason is None and exc.code.name == "DEADLINE_EXCEEDED":
-            raise Failure(f"DEADLINE_EXCEEDED: {target} did not answer within --timeout; raise it or look at the "
-                          f"server's load") from None
+            raise Failure(
+                f"DEADLINE_EXCEEDED: {target} did not answer within --timeout; raise it or look at the server's load"
+            ) from None
         raise Failure(f"{exc.code.name}: {exc.message}") from None
     click.echo(json.dumps(_json(result)))
 
@@ -222,8 +289,9 @@ def max_timestamp(client, partition) -> None:
 @PARTITION
 @click.argument("epoch", type=int)
 @click.argument("timestamp", type=int)
-@click.option("--starting-offset", type=int, default=0, show_default=True,
-              help="Only segments ending at or after this offset.")
+@click.option(
+    "--starting-offset", type=int, default=0, show_default=True, help="Only segments ending at or after this offset."
+)
 @click.pass_obj
 def by_timestamp(client, partition, epoch: int, timestamp: int, starting_offset: int) -> None:
     """The first finished segment of leader EPOCH, in Kafka's listing order, whose max timestamp is at least

@@ -37,32 +37,44 @@ class ServeSettings(BaseSettings):
     view: Path = Field(description="The view's directory (created when missing).")
     listen: str = Field("127.0.0.1:50051", description="gRPC address, HOST:PORT (port 0: a free one).")
     bootstrap_servers: str | None = Field(
-        None, description="Kafka bootstrap servers. Without them the view is served read-only: no consumer, no "
-                          "writes, no registrations.")
+        None,
+        description="Kafka bootstrap servers. Without them the view is served read-only: no consumer, no "
+        "writes, no registrations.",
+    )
     kafka: dict[str, str | int | bool] = Field(
-        default_factory=dict, description="Kafka-named settings: remote.log.metadata.* and the client prefixes "
-                                          "(the Kafka-named settings of docs/configuration.md).")
-    partitions: list[str] = Field(default_factory=list,
-                                  description="User partitions to register at start, TOPIC_ID:TOPIC:PARTITION.")
+        default_factory=dict,
+        description="Kafka-named settings: remote.log.metadata.* and the client prefixes "
+        "(the Kafka-named settings of docs/configuration.md).",
+    )
+    partitions: list[str] = Field(
+        default_factory=list, description="User partitions to register at start, TOPIC_ID:TOPIC:PARTITION."
+    )
     metrics_listen: str | None = Field(None, description="Prometheus /metrics address, HOST:PORT (unset: none).")
     tls_cert: Path | None = Field(None, description="Server certificate chain (PEM): serve TLS.")
     tls_key: Path | None = Field(None, description="Server private key (PEM).")
-    tls_client_ca: Path | None = Field(None, description="CA bundle (PEM) for client certificates: mutual TLS, "
-                                                         "every client must present one it signed.")
-    write_subjects: list[str] = Field(default_factory=list,
-                                      description="Client certificate subjects (RFC 2253, or the CN alone) allowed "
-                                                  "to write and register. Setting this or write_tokens turns write "
-                                                  "authorization on.")
-    write_tokens: list[SecretStr] = Field(default_factory=list,
-                                          description="Bearer tokens allowed to write and register. They "
-                                                      "need TLS, unless write_tokens_over_plaintext is set.")
+    tls_client_ca: Path | None = Field(
+        None,
+        description="CA bundle (PEM) for client certificates: mutual TLS, every client must present one it signed.",
+    )
+    write_subjects: list[str] = Field(
+        default_factory=list,
+        description="Client certificate subjects (RFC 2253, or the CN alone) allowed "
+        "to write and register. Setting this or write_tokens turns write "
+        "authorization on.",
+    )
+    write_tokens: list[SecretStr] = Field(
+        default_factory=list,
+        description="Bearer tokens allowed to write and register. They "
+        "need TLS, unless write_tokens_over_plaintext is set.",
+    )
     write_tokens_over_plaintext: bool = Field(
-        False, description="Accept write_tokens without TLS, where they travel in clear: only on loopback or a "
-                           "network protected otherwise.")
+        False,
+        description="Accept write_tokens without TLS, where they travel in clear: only on loopback or a "
+        "network protected otherwise.",
+    )
     read_threads: int = Field(2, ge=1, description="Threads answering reads (more only adds contention here).")
     stream_threads: int = Field(4, ge=1, description="Threads serving ListRemoteLogSegments streams.")
-    write_threads: int = Field(16, ge=1, description="Threads for writes and registrations, which wait for "
-                                                     "the topic.")
+    write_threads: int = Field(16, ge=1, description="Threads for writes and registrations, which wait for the topic.")
     max_concurrent_rpcs: int = Field(1000, ge=1, description="Calls in progress beyond this get RESOURCE_EXHAUSTED.")
     max_batch_lookups: int = Field(10_000, ge=1, description="Lookups one BatchRemoteLogSegmentMetadata may hold.")
     stream_chunk: int = Field(500, ge=1, description="Segments per ListRemoteLogSegments message.")
@@ -70,17 +82,22 @@ class ServeSettings(BaseSettings):
     grace_s: float = Field(30.0, ge=0, description="On SIGTERM, how long in-flight calls may take to finish.")
     sync: bool = Field(False, description="fsync each view write batch.")
     cache_mb: int = Field(32, ge=1, description="RocksDB block cache of the view, MB.")
-    row_cache_mb: int = Field(0, ge=0, description="RocksDB row cache of the view, MB (0: none): the offset index "
-                                                   "entries batch lookups read (~270 bytes per segment), which then "
-                                                   "skip the block searches.")
+    row_cache_mb: int = Field(
+        0,
+        ge=0,
+        description="RocksDB row cache of the view, MB (0: none): the offset index "
+        "entries batch lookups read (~270 bytes per segment), which then "
+        "skip the block searches.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
-        "info", description="Least severe log lines written to stderr.")
-    log_format: Literal["json", "text"] = Field("json", description="json: one JSON object per line; text: for "
-                                                                    "people.")
+        "info", description="Least severe log lines written to stderr."
+    )
+    log_format: Literal["json", "text"] = Field("json", description="json: one JSON object per line; text: for people.")
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
-                                   file_secret_settings):
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
         return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
 
     @field_validator("listen", "metrics_listen")
@@ -104,11 +121,14 @@ class ServeSettings(BaseSettings):
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ValueError("tls_client_ca (mutual TLS) needs tls_cert and tls_key")
         if self.write_subjects and self.tls_client_ca is None:
-            raise ValueError("write_subjects needs mutual TLS (tls_client_ca): without it no client presents a "
-                             "certificate")
+            raise ValueError(
+                "write_subjects needs mutual TLS (tls_client_ca): without it no client presents a certificate"
+            )
         if self.write_tokens and self.tls_cert is None and not self.write_tokens_over_plaintext:
-            raise ValueError("write_tokens without TLS would travel in clear: serve TLS (tls_cert, tls_key), or set "
-                             "write_tokens_over_plaintext where the network is protected otherwise")
+            raise ValueError(
+                "write_tokens without TLS would travel in clear: serve TLS (tls_cert, tls_key), or set "
+                "write_tokens_over_plaintext where the network is protected otherwise"
+            )
         if (self.kafka or self.partitions) and self.bootstrap is None:
             raise ValueError("kafka settings and partitions need bootstrap servers")
         self.rlmm_config()  # Kafka's names and values checked now, not when the consumer starts
@@ -137,6 +157,9 @@ def load_settings(config_file: Path | None = None, **overrides: object) -> Serve
     if config_file is not None:
         if not config_file.is_file():
             raise ValueError(f"no configuration file {config_file}")
-        cls = type("ServeSettings", (ServeSettings,), {"model_config": {**ServeSettings.model_config,
-                                                                        "toml_file": config_file}})
+        cls = type(
+            "ServeSettings",
+            (ServeSettings,),
+            {"model_config": {**ServeSettings.model_config, "toml_file": config_file}},
+        )
     return cls(**{k: v for k, v in overrides.items() if v not in (None, (), [], {})})

@@ -94,11 +94,13 @@ def failure_of(exc: BaseException, retry_after_s: float) -> Failure | None:
             message = str(exc)
             if retryable:
                 message += f" (retry in {retry_after_s:g} s or later)"
-            return Failure(code, reason, message, getattr(exc, "kafka_name", None),
-                           retry_after_s if retryable else None)
+            return Failure(
+                code, reason, message, getattr(exc, "kafka_name", None), retry_after_s if retryable else None
+            )
     return None
 
 
 def internal(exc: BaseException) -> Failure:
-    return Failure(grpc.StatusCode.INTERNAL, "INTERNAL",
-                   f"internal error ({type(exc).__name__}); the server logged it and goes on")
+    return Failure(
+        grpc.StatusCode.INTERNAL, "INTERNAL", f"internal error ({type(exc).__name__}); the server logged it and goes on"
+    )

@@ -16,19 +16,38 @@ _PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 @click.command(cls=RenamingCommand)
-@click.option("--target", "-t", default="127.0.0.1:50051", show_default=True, envvar="RLMM_TARGET",
-              help="The server, HOST:PORT (or RLMM_TARGET).")
+@click.option(
+    "--target",
+    "-t",
+    default="127.0.0.1:50051",
+    show_default=True,
+    envvar="RLMM_TARGET",
+    help="The server, HOST:PORT (or RLMM_TARGET).",
+)
 @click.option("--service", default="", help="A service name (default: the whole server).")
 @click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds before giving up.")
-@click.option("--ca", type=_PEM, envvar="RLMM_HEALTH_CA",
-              help="Speak TLS, verifying the server's certificate with this CA (PEM; or RLMM_HEALTH_CA).")
-@click.option("--cert", type=_PEM, envvar="RLMM_HEALTH_CERT",
-              help="Client certificate for a mutual-TLS server (PEM; or RLMM_HEALTH_CERT).")
+@click.option(
+    "--ca",
+    type=_PEM,
+    envvar="RLMM_HEALTH_CA",
+    help="Speak TLS, verifying the server's certificate with this CA (PEM; or RLMM_HEALTH_CA).",
+)
+@click.option(
+    "--cert",
+    type=_PEM,
+    envvar="RLMM_HEALTH_CERT",
+    help="Client certificate for a mutual-TLS server (PEM; or RLMM_HEALTH_CERT).",
+)
 @click.option("--key", type=_PEM, envvar="RLMM_HEALTH_KEY", help="Its private key (PEM; or RLMM_HEALTH_KEY).")
-@click.option("--json", "as_json", is_flag=True,
-              help='Print {"address": ..., "service": ..., "status": ...} instead of the bare status.')
-def health(target: str, service: str, timeout: float, ca: Path | None, cert: Path | None, key: Path | None,
-           as_json: bool) -> None:
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"address": ..., "service": ..., "status": ...} instead of the bare status.',
+)
+def health(
+    target: str, service: str, timeout: float, ca: Path | None, cert: Path | None, key: Path | None, as_json: bool
+) -> None:
     """Check a running rlmm server's grpc.health.v1 status: print SERVING, NOT_SERVING or UNREACHABLE (CODE);
     exit 0 if SERVING, else 1. Plaintext unless --ca is given."""
     from rlmm.client import RlmmClient, RlmmError
@@ -44,9 +63,12 @@ def health(target: str, service: str, timeout: float, ca: Path | None, cert: Pat
         status = f"UNREACHABLE ({exc.code.name})"
     click.echo(json.dumps({"address": target, "service": service, "status": status}) if as_json else status)
     if status.startswith("UNREACHABLE"):
-        click.echo(f"error: no health answer from {target}: is rlmm serve running there, "
-                   f"{'with TLS signed by --ca' if ca else 'in plaintext (for TLS give --ca)'}? Give its address "
-                   f"with --target or RLMM_TARGET", err=True)
+        click.echo(
+            f"error: no health answer from {target}: is rlmm serve running there, "
+            f"{'with TLS signed by --ca' if ca else 'in plaintext (for TLS give --ca)'}? Give its address "
+            f"with --target or RLMM_TARGET",
+            err=True,
+        )
     sys.exit(0 if status == "SERVING" else 1)
 
 

@@ -30,12 +30,20 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes...
         PlatformCollector(registry=self.registry)  # python_info
-        self._calls = Counter("rlmm_grpc_requests", "gRPC calls handled, by method and status code",
-                              ["method", "code"], registry=self.registry)
-        self._latency = Histogram("rlmm_grpc_request_duration_seconds", "Time to handle a gRPC call, by method",
-                                  ["method"], buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.lookups = Counter("rlmm_batch_lookups", "Lookups answered by the batch calls",
-                               registry=self.registry)
+        self._calls = Counter(
+            "rlmm_grpc_requests",
+            "gRPC calls handled, by method and status code",
+            ["method", "code"],
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "rlmm_grpc_request_duration_seconds",
+            "Time to handle a gRPC call, by method",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.lookups = Counter("rlmm_batch_lookups", "Lookups answered by the batch calls", registry=self.registry)
         self._children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
 
     def observe(self, method: str, code: str, seconds: float) -> None:
@@ -62,20 +70,29 @@ class _ViewCollector(Collector):
     def collect(self) -> Iterator:
         status = self.backend.status()
         yield GaugeMetricFamily("rlmm_serving", "1 when the health service reports SERVING", value=status.serving)
-        yield CounterMetricFamily("rlmm_consumed_records", "Records this process read from the metadata topic "
-                                  "(its rate is the consumption rate; what became of them: rlmm_view_records)",
-                                  value=self.backend.records_applied())
-        results = CounterMetricFamily("rlmm_view_records", "Records the view handled since it was created, by "
-                                      "result", labels=["result"])
+        yield CounterMetricFamily(
+            "rlmm_consumed_records",
+            "Records this process read from the metadata topic "
+            "(its rate is the consumption rate; what became of them: rlmm_view_records)",
+            value=self.backend.records_applied(),
+        )
+        results = CounterMetricFamily(
+            "rlmm_view_records", "Records the view handled since it was created, by result", labels=["result"]
+        )
         for name, count in sorted(status.counters.items()):
             results.add_metric([name], count)
         yield results
-        yield GaugeMetricFamily("rlmm_quarantined_records", "Records kept aside in the view's quarantine",
-                                value=status.quarantined)
-        lag = GaugeMetricFamily("rlmm_metadata_partition_lag", "Records behind the end offset, per metadata "
-                                "partition", labels=["partition"])
-        applied = GaugeMetricFamily("rlmm_metadata_partition_applied_offset", "Last offset applied to the view, "
-                                    "per metadata partition", labels=["partition"])
+        yield GaugeMetricFamily(
+            "rlmm_quarantined_records", "Records kept aside in the view's quarantine", value=status.quarantined
+        )
+        lag = GaugeMetricFamily(
+            "rlmm_metadata_partition_lag", "Records behind the end offset, per metadata partition", labels=["partition"]
+        )
+        applied = GaugeMetricFamily(
+            "rlmm_metadata_partition_applied_offset",
+            "Last offset applied to the view, per metadata partition",
+            labels=["partition"],
+        )
         for mp in status.metadata_partitions:
             if mp.lag is not None:
                 lag.add_metric([str(mp.partition)], mp.lag)
@@ -83,27 +100,38 @@ class _ViewCollector(Collector):
                 applied.add_metric([str(mp.partition)], mp.applied_offset)
         yield lag
         yield applied
-        yield GaugeMetricFamily("rlmm_view_damaged", "1 once RocksDB found the view's files damaged (the server "
-                                "then refuses reads)", value=self.backend.view.fault is not None)
-        yield CounterMetricFamily("rlmm_view_write_failures", "Times the view refused a write (a full disk) and "
-                                  "the consumer waited until it took writes again",
-                                  value=self.backend.view_write_failures())
-        yield CounterMetricFamily("rlmm_producer_recreations", "Producers of the writes replaced after a fatal "
-                                  "error (e.g. fenced after a broker stall)", value=self.backend.producers_recreated())
-        changes = CounterMetricFamily("rlmm_metadata_topic_changes_detected", "Changes of the metadata topic under "
-                                      "the view that stopped the consumer, by kind", labels=["kind"])
+        yield GaugeMetricFamily(
+            "rlmm_view_damaged",
+            "1 once RocksDB found the view's files damaged (the server then refuses reads)",
+            value=self.backend.view.fault is not None,
+        )
+        yield CounterMetricFamily(
+            "rlmm_view_write_failures",
+            "Times the view refused a write (a full disk) and the consumer waited until it took writes again",
+            value=self.backend.view_write_failures(),
+        )
+        yield CounterMetricFamily(
+            "rlmm_producer_recreations",
+            "Producers of the writes replaced after a fatal error (e.g. fenced after a broker stall)",
+            value=self.backend.producers_recreated(),
+        )
+        changes = CounterMetricFamily(
+            "rlmm_metadata_topic_changes_detected",
+            "Changes of the metadata topic under the view that stopped the consumer, by kind",
+            labels=["kind"],
+        )
         detected = self.backend.topic_changes()
         for kind in TopicChangedError.KINDS:
             changes.add_metric([kind], detected.get(kind, 0))
         yield changes
         yield GaugeMetricFamily("rlmm_view_segments", "Segments in the view", value=status.segments)
-        partitions = GaugeMetricFamily("rlmm_view_partitions", "Registered user partitions, by state",
-                                       labels=["state"])
+        partitions = GaugeMetricFamily("rlmm_view_partitions", "Registered user partitions, by state", labels=["state"])
         partitions.add_metric(["registered"], status.registered_partitions)
         partitions.add_metric(["loading"], status.loading_partitions)
         yield partitions
-        yield GaugeMetricFamily("rlmm_view_disk_bytes", "Size of the view's files on disk",
-                                value=_disk_bytes(self.backend.view.path))
+        yield GaugeMetricFamily(
+            "rlmm_view_disk_bytes", "Size of the view's files on disk", value=_disk_bytes(self.backend.view.path)
+        )
 
 
 def _disk_bytes(path: Path) -> int:

@@ -16,8 +16,17 @@ def enable_reflection(service_names: Iterable[str], server: grpc.Server) -> None
     names = (*service_names, reflection.SERVICE_NAME, V1_SERVICE_NAME)
     servicer = reflection.ReflectionServicer(names)
     for service in (reflection.SERVICE_NAME, V1_SERVICE_NAME):
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {
-            "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
-                servicer.ServerReflectionInfo,
-                request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
-                response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString)}),))
+        server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    service,
+                    {
+                        "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+                            servicer.ServerReflectionInfo,
+                            request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+                            response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+                        )
+                    },
+                ),
+            )
+        )

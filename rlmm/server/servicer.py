@@ -32,8 +32,15 @@ log = logging.getLogger(__name__)
 
 SERVICE = api.DESCRIPTOR.services_by_name["RemoteLogMetadataService"]
 SERVICE_NAME = SERVICE.full_name
-WRITES = frozenset({"AddRemoteLogSegmentMetadata", "UpdateRemoteLogSegmentMetadata", "PutRemotePartitionDeleteMetadata",
-                    "OnPartitionLeadershipChanges", "OnStopPartitions"})
+WRITES = frozenset(
+    {
+        "AddRemoteLogSegmentMetadata",
+        "UpdateRemoteLogSegmentMetadata",
+        "PutRemotePartitionDeleteMetadata",
+        "OnPartitionLeadershipChanges",
+        "OnStopPartitions",
+    }
+)
 _NOT_FOUND, _UNAVAILABLE = grpc.StatusCode.NOT_FOUND.value[0], grpc.StatusCode.UNAVAILABLE.value[0]
 
 
@@ -59,6 +66,7 @@ def _decoder(message_class) -> Callable[[bytes], object]:
             return message_class.FromString(data)
         except DecodeError as exc:
             return Undecodable(f"not a valid {message_class.DESCRIPTOR.full_name} message ({exc})")
+
     return decode
 
 
@@ -67,20 +75,28 @@ def add_to_server(servicer: RlmmServicer, server: grpc.Server) -> None:
     fail to decode handed to the servicer as ``Undecodable``)."""
     handlers = {}
     for method in SERVICE.methods:
-        make = (grpc.unary_stream_rpc_method_handler if method.server_streaming
-                else grpc.unary_unary_rpc_method_handler)
+        make = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
         handlers[method.name] = make(
             getattr(servicer, method.name),
             request_deserializer=_decoder(GetMessageClass(method.input_type)),
-            response_serializer=GetMessageClass(method.output_type).SerializeToString)
+            response_serializer=GetMessageClass(method.output_type).SerializeToString,
+        )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
 class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
-    def __init__(self, backend: Backend, *, metrics: Metrics | None = None, auth: WriteAuthorization | None = None,
-                 pools: Mapping[str, Executor] | None = None, max_batch_lookups: int = 10_000,
-                 stream_chunk: int = 500, retry_after_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        metrics: Metrics | None = None,
+        auth: WriteAuthorization | None = None,
+        pools: Mapping[str, Executor] | None = None,
+        max_batch_lookups: int = 10_000,
+        stream_chunk: int = 500,
+        retry_after_s: float = 0.5,
+    ) -> None:
         """``pools``: thread pools by method kind (see ``method_kind``); a method whose kind has none runs
         in the server's own pool."""
         self.backend = backend
@@ -105,8 +121,12 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
             log.error("%s failed unexpectedly", name, exc_info=exc, extra={"method": name})
             failure = internal(exc)
         elif name in WRITES:
-            log.warning("%s refused: %s", name, failure.message,
-                        extra={"method": name, "code": failure.code.name, "peer": context.peer()})
+            log.warning(
+                "%s refused: %s",
+                name,
+                failure.message,
+                extra={"method": name, "code": failure.code.name, "peer": context.peer()},
+            )
         self.metrics.observe(name, failure.code.name, time.perf_counter() - started)
         context.abort_with_status(failure.status())
 
@@ -121,6 +141,7 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
                 self._abort(name, exc, context, started)
             self.metrics.observe(name, "OK", time.perf_counter() - started)
             return response
+
         return handle
 
     def _streaming(self, name: str, behavior: Callable) -> Callable:
@@ -136,6 +157,7 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
             except Exception as exc:
                 self._abort(name, exc, context, started)
             self.metrics.observe(name, "OK", time.perf_counter() - started)
+
         return handle
 
     # ---- reads ----------------------------------------------------------------------------------------
@@ -146,8 +168,9 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
 
     def RemoteLogSegmentMetadata(self, request, context):
         tp = partition_of(request)
-        segment = self._queries.remote_log_segment_metadata(tp, not_negative(request.leader_epoch, "leader_epoch"),
-                                                            not_negative(request.offset, "offset"))
+        segment = self._queries.remote_log_segment_metadata(
+            tp, not_negative(request.leader_epoch, "leader_epoch"), not_negative(request.offset, "offset")
+        )
         return _with_segment(api.RemoteLogSegmentMetadataResponse(), segment)
 
     def BatchRemoteLogSegmentMetadata(self, request, context):
@@ -180,20 +203,27 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
 
     def _check_batch_size(self, field: str, size: int) -> None:
         if size > self.max_batch_lookups:
-            raise ArgumentError(field, f"{size} lookups, more than the {self.max_batch_lookups} this server "
-                                       f"answers in one call: split the batch")
+            raise ArgumentError(
+                field,
+                f"{size} lookups, more than the {self.max_batch_lookups} this server "
+                f"answers in one call: split the batch",
+            )
 
     def ColumnarRemoteLogSegmentMetadata(self, request, context):
         indexes, epochs, offsets = list(request.partition_indexes), list(request.leader_epochs), list(request.offsets)
         if not len(indexes) == len(epochs) == len(offsets):
-            raise ArgumentError("partition_indexes", f"partition_indexes, leader_epochs and offsets must have one "
-                                f"element per lookup, but have {len(indexes)}, {len(epochs)} and {len(offsets)}")
+            raise ArgumentError(
+                "partition_indexes",
+                f"partition_indexes, leader_epochs and offsets must have one "
+                f"element per lookup, but have {len(indexes)}, {len(epochs)} and {len(offsets)}",
+            )
         self._check_batch_size("partition_indexes", len(indexes))
         partitions = convert.partitions(request.partitions, "partitions")
         if indexes and max(indexes) >= len(partitions):
             at = next(i for i, index in enumerate(indexes) if index >= len(partitions))
-            raise ArgumentError(f"partition_indexes[{at}]", f"{indexes[at]} is no index of the {len(partitions)} "
-                                                            f"partitions")
+            raise ArgumentError(
+                f"partition_indexes[{at}]", f"{indexes[at]} is no index of the {len(partitions)} partitions"
+            )
         _not_negative_column(epochs, "leader_epochs[{}]", offsets, "offsets[{}]")
         queries = self._queries
         tpids = queries.lookup_partitions(partitions)
@@ -210,7 +240,8 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
     def HighestOffsetForEpoch(self, request, context):
         tp = partition_of(request)
         return api.HighestOffsetForEpochResponse(
-            offset=self._queries.highest_offset_for_epoch(tp, not_negative(request.leader_epoch, "leader_epoch")))
+            offset=self._queries.highest_offset_for_epoch(tp, not_negative(request.leader_epoch, "leader_epoch"))
+        )
 
     def ListRemoteLogSegments(self, request, context) -> Iterator[api.ListRemoteLogSegmentsResponse]:
         tp = partition_of(request)
@@ -235,7 +266,8 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
     def NextSegmentWithTxnIndex(self, request, context):
         tp = partition_of(request)
         segment = self._queries.next_segment_with_txn_index(
-            tp, not_negative(request.leader_epoch, "leader_epoch"), not_negative(request.offset, "offset"))
+            tp, not_negative(request.leader_epoch, "leader_epoch"), not_negative(request.offset, "offset")
+        )
         return _with_segment(api.NextSegmentWithTxnIndexResponse(), segment)
 
     def MaxTimestamp(self, request, context):
@@ -244,8 +276,11 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
     def FirstSegmentWithMaxTimestampAtLeast(self, request, context):
         tp = partition_of(request)
         segment = self._queries.first_segment_with_max_timestamp_at_least(
-            tp, not_negative(request.leader_epoch, "leader_epoch"), request.timestamp_ms,
-            not_negative(request.starting_offset, "starting_offset"))
+            tp,
+            not_negative(request.leader_epoch, "leader_epoch"),
+            request.timestamp_ms,
+            not_negative(request.starting_offset, "starting_offset"),
+        )
         return _with_segment(api.FirstSegmentWithMaxTimestampAtLeastResponse(), segment)
 
     def IsReady(self, request, context):
@@ -274,8 +309,14 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
         field = "remote_partition_delete_metadata"
         delete = _encodable(convert.partition_delete(required(request, field, ""), field), field)
         self.backend.manager().put_remote_partition_delete_metadata(delete)
-        log.info("partition delete state", extra={"method": "PutRemotePartitionDeleteMetadata",
-                                                  "partition": str(delete.tp), "state": delete.state.name})
+        log.info(
+            "partition delete state",
+            extra={
+                "method": "PutRemotePartitionDeleteMetadata",
+                "partition": str(delete.tp),
+                "state": delete.state.name,
+            },
+        )
         return api.PutRemotePartitionDeleteMetadataResponse()
 
     def OnPartitionLeadershipChanges(self, request, context):
@@ -283,8 +324,10 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
         leaders = convert.partitions(request.leader_partitions, "leader_partitions")
         followers = convert.partitions(request.follower_partitions, "follower_partitions")
         self.backend.manager().on_partition_leadership_changes(leaders, followers)
-        log.info("partitions registered", extra={"method": "OnPartitionLeadershipChanges",
-                                                 "leaders": len(leaders), "followers": len(followers)})
+        log.info(
+            "partitions registered",
+            extra={"method": "OnPartitionLeadershipChanges", "leaders": len(leaders), "followers": len(followers)},
+        )
         return api.OnPartitionLeadershipChangesResponse()
 
     def OnStopPartitions(self, request, context):
@@ -299,12 +342,21 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
     def GetStatus(self, request, context):
         status = self.backend.status()
         return api.GetStatusResponse(
-            serving=status.serving, consumes=status.consumes, failure=status.failure or "",
-            metadata_partitions=[api.MetadataPartitionStatus(partition=mp.partition, applied_offset=mp.applied_offset,
-                                                             end_offset=mp.end_offset, lag=mp.lag)
-                                 for mp in status.metadata_partitions],
-            quarantined=status.quarantined, registered_partitions=status.registered_partitions,
-            loading_partitions=status.loading_partitions, counters=status.counters, segments=status.segments)
+            serving=status.serving,
+            consumes=status.consumes,
+            failure=status.failure or "",
+            metadata_partitions=[
+                api.MetadataPartitionStatus(
+                    partition=mp.partition, applied_offset=mp.applied_offset, end_offset=mp.end_offset, lag=mp.lag
+                )
+                for mp in status.metadata_partitions
+            ],
+            quarantined=status.quarantined,
+            registered_partitions=status.registered_partitions,
+            loading_partitions=status.loading_partitions,
+            counters=status.counters,
+            segments=status.segments,
+        )
 
 
 def _add_messages(results, answers: list[bytes | None | KafkaStateError]) -> None:

@@ -65,8 +65,16 @@ def partition_state(kv: ReadKV, tp: TopicIdPartition) -> PartitionState | None:
         epochs[K.read_epoch(key, 4)].unreferenced.append(key[8:])
     delete = decode_value(row.delete_record) if row.delete_record else None
     assert delete is None or isinstance(delete, PartitionDelete)
-    return PartitionState(tp, row.assigned, row.ready, row.removed, row.last_applied_offset, delete, segments,
-                          [epochs[e] for e in sorted(epochs)])
+    return PartitionState(
+        tp,
+        row.assigned,
+        row.ready,
+        row.removed,
+        row.last_applied_offset,
+        delete,
+        segments,
+        [epochs[e] for e in sorted(epochs)],
+    )
 
 
 def partitions(kv: ReadKV) -> list[TopicIdPartition]:
@@ -101,8 +109,11 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
         value = encoded[segment.segment_id] = encode_value(segment)
         kv.put(K.SEGMENTS, tpid + segment.segment_id, value)
         if segment.state is SegmentState.COPY_SEGMENT_FINISHED:
-            kv.put(K.MAX_TIMESTAMP, K.max_timestamp_key(tpid, segment.max_timestamp_ms, segment.end_offset,
-                                                        segment.segment_id), b"")
+            kv.put(
+                K.MAX_TIMESTAMP,
+                K.max_timestamp_key(tpid, segment.max_timestamp_ms, segment.end_offset, segment.segment_id),
+                b"",
+            )
     members: dict[bytes, dict[int, int]] = {}
     trees = TreePages(kv, K.TIMESTAMP_TREES)
     for es in state.epochs:
@@ -112,16 +123,30 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
         for start, segment_id in es.referenced:
             referenced = by_id.get(segment_id)
             if referenced is None or referenced.state is not SegmentState.COPY_SEGMENT_FINISHED:
-                raise StateError(f"epoch {epoch} of {tp} references segment {segment_id.hex()}, which is not a "
-                                 f"finished segment of the partition")
+                raise StateError(
+                    f"epoch {epoch} of {tp} references segment {segment_id.hex()}, which is not a "
+                    f"finished segment of the partition"
+                )
             try:
                 end = epoch_end(referenced, epoch)
             except KeyError:
-                raise StateError(f"epoch {epoch} of {tp} references segment {segment_id.hex()} outside its epochs") \
-                    from None
-            entries.append((start, RefEntry(segment_id, end, referenced.end_offset, referenced.txn_index_empty,
-                                            referenced.segment_size_in_bytes, referenced.start_offset,
-                                            encoded[segment_id])))
+                raise StateError(
+                    f"epoch {epoch} of {tp} references segment {segment_id.hex()} outside its epochs"
+                ) from None
+            entries.append(
+                (
+                    start,
+                    RefEntry(
+                        segment_id,
+                        end,
+                        referenced.end_offset,
+                        referenced.txn_index_empty,
+                        referenced.segment_size_in_bytes,
+                        referenced.start_offset,
+                        encoded[segment_id],
+                    ),
+                )
+            )
             flags = members.setdefault(segment_id, {})
             flags[epoch] = flags.get(epoch, 0) | REFERENCED
         entries.sort(key=lambda e: e[0])
@@ -160,8 +185,16 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
     for segment_id, flags in members.items():
         kv.put(K.MEMBERSHIP, tpid + segment_id, pack_memberships(flags))
         orphans += segment_id not in by_id
-    row = PartitionRow(tpid, state.assigned, state.ready, state.removed, state.last_applied_offset,
-                       sum(s.segment_size_in_bytes for s in state.segments), len(state.segments), orphans,
-                       b"" if state.delete_record is None else encode_value(state.delete_record))
+    row = PartitionRow(
+        tpid,
+        state.assigned,
+        state.ready,
+        state.removed,
+        state.last_applied_offset,
+        sum(s.segment_size_in_bytes for s in state.segments),
+        len(state.segments),
+        orphans,
+        b"" if state.delete_record is None else encode_value(state.delete_record),
+    )
     kv.put(K.PARTITIONS, K.tp_identity(tp), row.pack())
     return tpid

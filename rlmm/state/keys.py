@@ -36,12 +36,37 @@ METADATA_OFFSETS: Final = "metadata_offsets"  # metadata partition -> last consu
 QUARANTINE: Final = "quarantine"  # metadata partition|offset -> QuarantineEntry
 
 COLUMN_FAMILIES: Final = (
-    META, PARTITIONS, TP_BY_ID, SEGMENTS, EPOCHS, OFFSETS, UNREFERENCED, MEMBERSHIP, TXN, BREAKS,
-    MAX_TIMESTAMP, TIMESTAMP_TREES, INVERSIONS, FINISHED_UNREFERENCED, METADATA_OFFSETS, QUARANTINE,
+    META,
+    PARTITIONS,
+    TP_BY_ID,
+    SEGMENTS,
+    EPOCHS,
+    OFFSETS,
+    UNREFERENCED,
+    MEMBERSHIP,
+    TXN,
+    BREAKS,
+    MAX_TIMESTAMP,
+    TIMESTAMP_TREES,
+    INVERSIONS,
+    FINISHED_UNREFERENCED,
+    METADATA_OFFSETS,
+    QUARANTINE,
 )
 # column families whose keys start with a tpid and that a partition removal clears
-PER_PARTITION: Final = (SEGMENTS, EPOCHS, OFFSETS, UNREFERENCED, MEMBERSHIP, TXN, BREAKS, MAX_TIMESTAMP,
-                        TIMESTAMP_TREES, INVERSIONS, FINISHED_UNREFERENCED)
+PER_PARTITION: Final = (
+    SEGMENTS,
+    EPOCHS,
+    OFFSETS,
+    UNREFERENCED,
+    MEMBERSHIP,
+    TXN,
+    BREAKS,
+    MAX_TIMESTAMP,
+    TIMESTAMP_TREES,
+    INVERSIONS,
+    FINISHED_UNREFERENCED,
+)
 
 _U32: Final = struct.Struct(">I")
 _U64: Final = struct.Struct(">Q")
@@ -65,7 +90,7 @@ def tp_identity(tp: TopicIdPartition) -> bytes:
 
 def tp_from_identity(data: bytes) -> TopicIdPartition:
     topic_id, partition = _TP_IDENTITY.unpack_from(data)
-    return TopicIdPartition(topic_id, data[_TP_IDENTITY.size:].decode("utf-8", "surrogatepass"), partition)
+    return TopicIdPartition(topic_id, data[_TP_IDENTITY.size :].decode("utf-8", "surrogatepass"), partition)
 
 
 def u32(value: int) -> bytes:

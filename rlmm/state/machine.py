@@ -84,9 +84,14 @@ class StateMachine:
     to the KV as they change.
     """
 
-    def __init__(self, kv: WriteKV, rows: dict[TopicIdPartition, PartitionRow] | None = None,
-                 epochs: dict[bytes, EpochRow] | None = None, tree_pages: dict[bytes, Page] | None = None,
-                 tree_tops: dict[bytes, tuple[int, int] | None] | None = None) -> None:
+    def __init__(
+        self,
+        kv: WriteKV,
+        rows: dict[TopicIdPartition, PartitionRow] | None = None,
+        epochs: dict[bytes, EpochRow] | None = None,
+        tree_pages: dict[bytes, Page] | None = None,
+        tree_tops: dict[bytes, tuple[int, int] | None] | None = None,
+    ) -> None:
         """``rows``, ``epochs``, ``tree_pages`` and ``tree_tops`` may be caches kept across batches by the only
         writer of the KV."""
         self.kv = kv
@@ -239,8 +244,9 @@ class StateMachine:
         self._put_segment(row, existing, segment)
         tpid = row.tpid
         for epoch, _ in segment.segment_leader_epochs:
-            self._unreferenced_add(self._epoch(tpid, epoch), tpid, epoch, segment.segment_id,
-                                   segment.segment_size_in_bytes)
+            self._unreferenced_add(
+                self._epoch(tpid, epoch), tpid, epoch, segment.segment_id, segment.segment_size_in_bytes
+            )
         return APPLIED
 
     def _update(self, row: PartitionRow, update: SegmentUpdate) -> ApplyResult:
@@ -253,10 +259,20 @@ class StateMachine:
         if target is _S.COPY_SEGMENT_STARTED:
             return handle_error("IllegalArgumentException")
         updated = SegmentMetadata(  # RemoteLogSegmentMetadata.createWithUpdates
-            existing.tp, existing.segment_id, existing.start_offset, existing.end_offset, update.broker_id,
-            existing.max_timestamp_ms, update.event_timestamp_ms, existing.segment_leader_epochs,
-            existing.segment_size_in_bytes, update.custom_metadata, target, existing.txn_index_empty,
-            existing.unknown_tags)
+            existing.tp,
+            existing.segment_id,
+            existing.start_offset,
+            existing.end_offset,
+            update.broker_id,
+            existing.max_timestamp_ms,
+            update.event_timestamp_ms,
+            existing.segment_leader_epochs,
+            existing.segment_size_in_bytes,
+            update.custom_metadata,
+            target,
+            existing.txn_index_empty,
+            existing.unknown_tags,
+        )
         tpid, segment_id, size = row.tpid, updated.segment_id, updated.segment_size_in_bytes
         was_finished = existing.state is _S.COPY_SEGMENT_FINISHED
         unreferenced_before = self._unreferenced_epochs(tpid, segment_id) if was_finished else []
@@ -268,17 +284,29 @@ class StateMachine:
                 if self._memberships(tpid, segment_id).get(epoch, 0) & REFERENCED:
                     # the epoch's index holds the segment at its start in the epoch, as written from this
                     # same metadata: a FINISHED segment's offsets, size and txn flag never change
-                    self._referenced_remove(er, tpid, epoch, start, RefEntry(
-                        segment_id, epoch_end(existing, epoch), existing.end_offset, existing.txn_index_empty, size,
-                        existing.start_offset))
+                    self._referenced_remove(
+                        er,
+                        tpid,
+                        epoch,
+                        start,
+                        RefEntry(
+                            segment_id,
+                            epoch_end(existing, epoch),
+                            existing.end_offset,
+                            existing.txn_index_empty,
+                            size,
+                            existing.start_offset,
+                        ),
+                    )
                 self._unreferenced_add(er, tpid, epoch, segment_id, size)
             else:
                 self._unreferenced_remove(er, tpid, epoch, segment_id, size)
         if was_finished or target is _S.COPY_SEGMENT_FINISHED:
             # the epochs listing the segment unreferenced while it is finished: evicted there, or tracked under an
             # epoch that a re-add with other epochs left behind
-            unreferenced_after = self._unreferenced_epochs(tpid, segment_id) \
-                if target is _S.COPY_SEGMENT_FINISHED else []
+            unreferenced_after = (
+                self._unreferenced_epochs(tpid, segment_id) if target is _S.COPY_SEGMENT_FINISHED else []
+            )
             TI.move_finished_unreferenced(self.kv, tpid, updated, unreferenced_before, unreferenced_after)
         self._put_segment(row, existing, None if target is _S.DELETE_SEGMENT_FINISHED else updated)
         return APPLIED
@@ -289,15 +317,26 @@ class StateMachine:
     def _copy_finished(self, er: EpochRow, tpid: bytes, epoch: int, start: int, segment: SegmentMetadata) -> None:
         """RemoteLogLeaderEpochState.handleSegmentWithCopySegmentFinishedState."""
         end = epoch_end(segment, epoch)
-        while er.last_key is not None and er.last_key >= start and er.highest_offset is not None \
-                and er.highest_offset <= end:
+        while (
+            er.last_key is not None
+            and er.last_key >= start
+            and er.highest_offset is not None
+            and er.highest_offset <= end
+        ):
             evicted = self._ref(tpid, epoch, er.last_key)
             self._referenced_remove(er, tpid, epoch, er.last_key, evicted)
             self._unreferenced_add(er, tpid, epoch, evicted.segment_id, evicted.size)
             if evicted.segment_id != segment.segment_id:  # still finished, now unreferenced (_update moves its own)
                 TI.add_finished_unreferenced(self.kv, tpid, epoch, evicted.start_offset, evicted.segment_id)
-        entry = RefEntry(segment.segment_id, end, segment.end_offset, segment.txn_index_empty,
-                         segment.segment_size_in_bytes, segment.start_offset, self._encode(tpid, segment))
+        entry = RefEntry(
+            segment.segment_id,
+            end,
+            segment.end_offset,
+            segment.txn_index_empty,
+            segment.segment_size_in_bytes,
+            segment.start_offset,
+            self._encode(tpid, segment),
+        )
         self._referenced_put(er, tpid, epoch, start, entry, segment)
         self._unreferenced_remove(er, tpid, epoch, segment.segment_id, segment.segment_size_in_bytes)
         if er.highest_offset is None or end > er.highest_offset:
@@ -396,8 +435,9 @@ class StateMachine:
             members = self._members[key] = unpack_memberships(self.kv.get(K.MEMBERSHIP, key))
         return members
 
-    def _membership(self, er: EpochRow, tpid: bytes, epoch: int, segment_id: bytes, flag: int, on: bool,
-                    size: int | None) -> bool:
+    def _membership(
+        self, er: EpochRow, tpid: bytes, epoch: int, segment_id: bytes, flag: int, on: bool, size: int | None
+    ) -> bool:
         """Set or clear one membership flag of a segment in an epoch; returns whether it changed."""
         members = self._memberships(tpid, segment_id)
         flags = members.get(epoch, 0)
@@ -427,8 +467,9 @@ class StateMachine:
     # (txn, breaks) are written or deleted only when they change, so seeks never wade through
     # tombstones of keys that were never there.
 
-    def _referenced_put(self, er: EpochRow, tpid: bytes, epoch: int, start: int, entry: RefEntry,
-                        segment: SegmentMetadata) -> None:
+    def _referenced_put(
+        self, er: EpochRow, tpid: bytes, epoch: int, start: int, entry: RefEntry, segment: SegmentMetadata
+    ) -> None:
         prefix = K.epoch_prefix(tpid, epoch)
         key = K.offset_key(tpid, epoch, start)
         old = None
@@ -439,8 +480,10 @@ class StateMachine:
             if not (start == er.last_end + 1 and start <= entry.epoch_end):
                 self.kv.put_new(K.BREAKS, K.offset_key(tpid, epoch, er.last_key), b"")
             # (the last entry's segment starts at or before its start in the epoch)
-            if entry.start_offset <= er.last_key and \
-                    self._ref(tpid, epoch, er.last_key).start_offset > entry.start_offset:
+            if (
+                entry.start_offset <= er.last_key
+                and self._ref(tpid, epoch, er.last_key).start_offset > entry.start_offset
+            ):
                 self.kv.put_new(K.INVERSIONS, K.offset_key(tpid, epoch, er.last_key), b"")
             prev = nxt = None
             er.last_key = start
@@ -468,10 +511,12 @@ class StateMachine:
         if prev is not None:
             prev_key = K.offset_key(tpid, epoch, prev[0])
             prev_next_before = nxt if old is None else (start, old)
-            self._update_index(K.BREAKS, prev_key, _is_break(prev[1], prev_next_before),
-                               _is_break(prev[1], (start, entry)))
-            self._update_index(K.INVERSIONS, prev_key, _is_inversion(prev[1], prev_next_before),
-                               _is_inversion(prev[1], (start, entry)))
+            self._update_index(
+                K.BREAKS, prev_key, _is_break(prev[1], prev_next_before), _is_break(prev[1], (start, entry))
+            )
+            self._update_index(
+                K.INVERSIONS, prev_key, _is_inversion(prev[1], prev_next_before), _is_inversion(prev[1], (start, entry))
+            )
         self._membership(er, tpid, epoch, entry.segment_id, REFERENCED, True, entry.size)
 
     def _referenced_remove(self, er: EpochRow, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
@@ -502,8 +547,9 @@ class StateMachine:
         if prev is not None:
             prev_key = K.offset_key(tpid, epoch, prev[0])
             self._update_index(K.BREAKS, prev_key, _is_break(prev[1], (start, entry)), _is_break(prev[1], nxt))
-            self._update_index(K.INVERSIONS, prev_key, _is_inversion(prev[1], (start, entry)),
-                               _is_inversion(prev[1], nxt))
+            self._update_index(
+                K.INVERSIONS, prev_key, _is_inversion(prev[1], (start, entry)), _is_inversion(prev[1], nxt)
+            )
         self._membership(er, tpid, epoch, entry.segment_id, REFERENCED, False, entry.size)
 
     def _ref(self, tpid: bytes, epoch: int, start: int) -> RefEntry:

@@ -129,8 +129,13 @@ class TreePages:
     """The pages and tops of the trees of one column family, read through from ``kv`` and kept in ``cache`` and
     ``tops`` (which the KV's only writer may keep across batches), written back by ``flush``."""
 
-    def __init__(self, kv: WriteKV, cf: str, cache: dict[bytes, Page] | None = None,
-                 tops: dict[bytes, tuple[int, int] | None] | None = None) -> None:
+    def __init__(
+        self,
+        kv: WriteKV,
+        cf: str,
+        cache: dict[bytes, Page] | None = None,
+        tops: dict[bytes, tuple[int, int] | None] | None = None,
+    ) -> None:
         self.kv = kv
         self.cf = cf
         self.cache: dict[bytes, Page] = {} if cache is None else cache
@@ -217,8 +222,11 @@ class TreePages:
                 slot = bit.bit_length() - 1
                 held = page.slots[slot]
                 if held is not None:
-                    kv.put(cf, page.key + _SLOT_BYTES[slot],
-                           _SLOT.pack(held.first, held.second, held.child_level, held.child))
+                    kv.put(
+                        cf,
+                        page.key + _SLOT_BYTES[slot],
+                        _SLOT.pack(held.first, held.second, held.child_level, held.child),
+                    )
                     page.stored |= bit
                 elif page.stored & bit:
                     kv.delete(cf, page.key + _SLOT_BYTES[slot])
@@ -382,8 +390,9 @@ def first(kv: ReadKV, cf: str, tree: bytes, min_first: int, min_second: int) -> 
     return _first_below(kv, cf, tree, level, node, min_first, min_second)
 
 
-def _first_below(kv: ReadKV, cf: str, tree: bytes, level: int, node: int, min_first: int,
-                 min_second: int) -> int | None:
+def _first_below(
+    kv: ReadKV, cf: str, tree: bytes, level: int, node: int, min_first: int, min_second: int
+) -> int | None:
     page = _load(kv, cf, tree, level, node)
     assert page.count, f"tree page {page.key.hex()} is missing"
     for held in page.slots:

@@ -107,7 +107,7 @@ class OffsetCache:
                 self._forget(prefix)
             if self._starts:  # nothing to update while no epoch is held (a view that only applies)
                 for key, value in stage.pending.get(K.OFFSETS, {}).items():
-                    starts = self._starts.get(key[:K.EPOCH_PREFIX_LEN])
+                    starts = self._starts.get(key[: K.EPOCH_PREFIX_LEN])
                     if starts is not None:
                         self._weight += _update(starts, K.read_offset(key, K.EPOCH_PREFIX_LEN), value is not None)
             self._make_room(0)

@@ -48,7 +48,8 @@ def probe_partition(queries: Queries, tp: TopicIdPartition) -> dict[str, Any]:
         for timestamp in timestamps:
             for starting_offset in ends:
                 answers[f"timestamp {epoch}/{timestamp}/{starting_offset}"] = _ask(
-                    queries.first_segment_with_max_timestamp_at_least, tp, epoch, timestamp, starting_offset)
+                    queries.first_segment_with_max_timestamp_at_least, tp, epoch, timestamp, starting_offset
+                )
     for s in segments:
         for epoch, start in s.segment_leader_epochs:
             for offset in (start - 1, start, s.end_offset, s.end_offset + 1):

@@ -84,8 +84,13 @@ class Queries:
         """Each partition's key in the view, or the error its lookups fail with."""
         return [self._ready_tpid_or_error(tp) for tp in partitions]
 
-    def segment_values(self, tpids: Sequence[bytes | KafkaStateError], indexes: Sequence[int],
-                       epochs: Sequence[int], offsets: Sequence[int]) -> list[bytes | None | KafkaStateError]:
+    def segment_values(
+        self,
+        tpids: Sequence[bytes | KafkaStateError],
+        indexes: Sequence[int],
+        epochs: Sequence[int],
+        offsets: Sequence[int],
+    ) -> list[bytes | None | KafkaStateError]:
         """``remote_log_segment_metadata`` of lookups given in columns: lookup i is (``tpids[indexes[i]]``,
         ``epochs[i]``, ``offsets[i]``), its partition checked by ``lookup_partitions``. A segment comes as
         its topic value (undecoded), a failing lookup as its partition's error. The floor entries come from
@@ -136,12 +141,13 @@ class Queries:
         if er is None or er.members == 0:
             return []
         if er.dangling:
-            raise RemoteResourceNotFound(f"No remote log segment metadata found for a segment of epoch {epoch}"
-                                         f" of {_describe(tp)}")
+            raise RemoteResourceNotFound(
+                f"No remote log segment metadata found for a segment of epoch {epoch} of {_describe(tp)}"
+            )
         prefix = K.epoch_prefix(tpid, epoch)
         ids = [RefEntry.unpack(raw).segment_id for _, raw in scan(self.kv, K.OFFSETS, prefix)]
         if er.unreferenced:
-            ids += [key[len(prefix):] for key, _ in scan(self.kv, K.UNREFERENCED, prefix)]
+            ids += [key[len(prefix) :] for key, _ in scan(self.kv, K.UNREFERENCED, prefix)]
         segments = [_present(load_segment(self.kv, tpid, segment_id)) for segment_id in ids]
         if er.unreferenced:
             segments.sort(key=lambda s: s.start_offset)
@@ -156,8 +162,9 @@ class Queries:
         if er is None:
             return 0
         if er.dangling:
-            raise RemoteResourceNotFound(f"No remote log segment metadata found for a segment of epoch {epoch}"
-                                         f" of {_describe(tp)}")
+            raise RemoteResourceNotFound(
+                f"No remote log segment metadata found for a segment of epoch {epoch} of {_describe(tp)}"
+            )
         return er.size
 
     def next_segment_with_txn_index(self, tp: TopicIdPartition, epoch: int, offset: int) -> SegmentMetadata | None:
@@ -186,8 +193,9 @@ class Queries:
             found = self._lookup(tpid, epoch, last_of_run.end_offset + 1, er)
         return None
 
-    def first_segment_with_max_timestamp_at_least(self, tp: TopicIdPartition, epoch: int, timestamp: int,
-                                                  starting_offset: int) -> SegmentMetadata | None:
+    def first_segment_with_max_timestamp_at_least(
+        self, tp: TopicIdPartition, epoch: int, timestamp: int, starting_offset: int
+    ) -> SegmentMetadata | None:
         """The segment Kafka's findOffsetByTimestamp picks in one epoch: the first COPY_SEGMENT_FINISHED
         segment of ``list_epoch_segments(tp, epoch)`` with max timestamp >= ``timestamp`` and end offset >=
         ``starting_offset``, failing as that listing fails. The offset index's part comes from a descent of
@@ -199,8 +207,9 @@ class Queries:
         if er is None or er.members == 0:
             return None
         if er.dangling:
-            raise RemoteResourceNotFound(f"No remote log segment metadata found for a segment of epoch {epoch}"
-                                         f" of {_describe(tp)}")
+            raise RemoteResourceNotFound(
+                f"No remote log segment metadata found for a segment of epoch {epoch} of {_describe(tp)}"
+            )
         prefix = K.epoch_prefix(tpid, epoch)
         if er.unreferenced and self.kv.ceiling(K.INVERSIONS, prefix, prefix) is not None:
             listed = self.list_epoch_segments(tp, epoch)  # the order by start offset is not the index's

@@ -48,8 +48,16 @@ class RocksKV:
     in ``fault``, for the service to stop serving the view.
     """
 
-    def __init__(self, path: Path, *, cache_mb: int = 32, row_cache_mb: int = 0, write_buffer_mb: int = 32,
-                 sync: bool = False, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        cache_mb: int = 32,
+        row_cache_mb: int = 0,
+        write_buffer_mb: int = 32,
+        sync: bool = False,
+        read_only: bool = False,
+    ) -> None:
         """``row_cache_mb``: a cache of the values point reads found (0: none), which spares a repeated
         ``get_many`` the index and block searches."""
         cache = Cache(cache_mb << 20)
@@ -90,8 +98,9 @@ class RocksKV:
         if self._read_only:
             self._check_column_families()
         try:
-            self.db: Any = Rdict(self._path, options=self._options, column_families=self._cf_options,
-                                 access_type=self._access)  # None once closed for a reopen
+            self.db: Any = Rdict(
+                self._path, options=self._options, column_families=self._cf_options, access_type=self._access
+            )  # None once closed for a reopen
         except Exception as exc:
             raise self._failed(exc) from None
         self.cfs = {cf: self.db.get_column_family(cf) for cf in K.COLUMN_FAMILIES}
@@ -105,9 +114,11 @@ class RocksKV:
             raise self._failed(exc) from None
         missing = [cf for cf in K.COLUMN_FAMILIES if cf not in present]
         if missing:
-            raise ViewSchemaMismatch(f"the view at {self._path} was written by an older rlmm (it has no "
-                                     f"{', '.join(missing)}): open it once for writing (rlmm consume or serve) "
-                                     f"to upgrade it")
+            raise ViewSchemaMismatch(
+                f"the view at {self._path} was written by an older rlmm (it has no "
+                f"{', '.join(missing)}): open it once for writing (rlmm consume or serve) "
+                f"to upgrade it"
+            )
 
     def close(self) -> None:
         """Close the database; it is only released once no column family object refers to it."""

@@ -38,9 +38,18 @@ class PartitionRow:
     orphans: int = 0  # segments without metadata that epochs still track (Kafka's dangling ids)
     delete_record: bytes = b""  # topic value of the latest RemotePartitionDeleteMetadata, if any
 
-    def __init__(self, tpid: bytes, assigned: bool = False, ready: bool = False, removed: bool = False,
-                 last_applied_offset: int | None = None, total_size: int = 0, segment_count: int = 0,
-                 orphans: int = 0, delete_record: bytes = b"") -> None:
+    def __init__(
+        self,
+        tpid: bytes,
+        assigned: bool = False,
+        ready: bool = False,
+        removed: bool = False,
+        last_applied_offset: int | None = None,
+        total_size: int = 0,
+        segment_count: int = 0,
+        orphans: int = 0,
+        delete_record: bytes = b"",
+    ) -> None:
         self.tpid = tpid
         self.assigned = assigned
         self.ready = ready
@@ -53,15 +62,27 @@ class PartitionRow:
 
     def pack(self) -> bytes:
         flags = self.assigned | self.ready << 1 | self.removed << 2
-        return _PARTITION_ROW.pack(
-            self.tpid, flags, _opt(self.last_applied_offset), self.total_size, self.segment_count, self.orphans
-        ) + self.delete_record
+        return (
+            _PARTITION_ROW.pack(
+                self.tpid, flags, _opt(self.last_applied_offset), self.total_size, self.segment_count, self.orphans
+            )
+            + self.delete_record
+        )
 
     @classmethod
     def unpack(cls, data: bytes) -> PartitionRow:
         tpid, flags, last, total, count, orphans = _PARTITION_ROW.unpack_from(data)
-        return cls(tpid, bool(flags & 1), bool(flags & 2), bool(flags & 4), _unopt(last), total, count, orphans,
-                   data[_PARTITION_ROW.size:])
+        return cls(
+            tpid,
+            bool(flags & 1),
+            bool(flags & 2),
+            bool(flags & 4),
+            _unopt(last),
+            total,
+            count,
+            orphans,
+            data[_PARTITION_ROW.size :],
+        )
 
 
 @dataclass(slots=True, init=False)
@@ -81,8 +102,17 @@ class EpochRow:
     dangling: int = 0
     unreferenced: int = 0  # size of the unreferenced set
 
-    def __init__(self, highest_offset: int | None = None, first_key: int | None = None, last_key: int | None = None,
-                 last_end: int = 0, size: int = 0, members: int = 0, dangling: int = 0, unreferenced: int = 0) -> None:
+    def __init__(
+        self,
+        highest_offset: int | None = None,
+        first_key: int | None = None,
+        last_key: int | None = None,
+        last_end: int = 0,
+        size: int = 0,
+        members: int = 0,
+        dangling: int = 0,
+        unreferenced: int = 0,
+    ) -> None:
         self.highest_offset = highest_offset
         self.first_key = first_key
         self.last_key = last_key
@@ -93,8 +123,16 @@ class EpochRow:
         self.unreferenced = unreferenced
 
     def pack(self) -> bytes:
-        return _EPOCH_ROW.pack(_opt(self.highest_offset), _opt(self.first_key), _opt(self.last_key), self.last_end,
-                                 self.size, self.members, self.dangling, self.unreferenced)
+        return _EPOCH_ROW.pack(
+            _opt(self.highest_offset),
+            _opt(self.first_key),
+            _opt(self.last_key),
+            self.last_end,
+            self.size,
+            self.members,
+            self.dangling,
+            self.unreferenced,
+        )
 
     @classmethod
     def unpack(cls, data: bytes) -> EpochRow:
@@ -116,8 +154,16 @@ class RefEntry:
     start_offset: int  # the segment's (for the listing's order by start offset)
     value: bytes = b""
 
-    def __init__(self, segment_id: bytes, epoch_end: int, end_offset: int, txn_index_empty: bool, size: int,
-                 start_offset: int, value: bytes = b"") -> None:
+    def __init__(
+        self,
+        segment_id: bytes,
+        epoch_end: int,
+        end_offset: int,
+        txn_index_empty: bool,
+        size: int,
+        start_offset: int,
+        value: bytes = b"",
+    ) -> None:
         self.segment_id = segment_id
         self.epoch_end = epoch_end
         self.end_offset = end_offset
@@ -127,13 +173,18 @@ class RefEntry:
         self.value = value
 
     def pack(self) -> bytes:
-        return _REF_ENTRY.pack(self.segment_id, self.epoch_end, self.end_offset, self.txn_index_empty,
-                                 self.size, self.start_offset) + self.value
+        return (
+            _REF_ENTRY.pack(
+                self.segment_id, self.epoch_end, self.end_offset, self.txn_index_empty, self.size, self.start_offset
+            )
+            + self.value
+        )
 
     @classmethod
     def unpack(cls, data: bytes) -> RefEntry:
         segment_id, epoch_end, end_offset, txn_index_empty, size, start_offset = _REF_ENTRY.unpack_from(data)
-        return cls(segment_id, epoch_end, end_offset, txn_index_empty, size, start_offset, data[_REF_ENTRY.size:])
+        return cls(segment_id, epoch_end, end_offset, txn_index_empty, size, start_offset, data[_REF_ENTRY.size :])
+
 
 _REF_EPOCH_END: Final = struct.Struct(">16xq")  # after the segment id
 
@@ -145,7 +196,7 @@ def ref_epoch_end(data: bytes) -> int:
 
 def ref_value(data: bytes) -> bytes:
     """``value`` of a packed RefEntry, without unpacking the rest."""
-    return data[_REF_ENTRY.size:]
+    return data[_REF_ENTRY.size :]
 
 
 _MEMBERSHIP: Final = struct.Struct(">iB")

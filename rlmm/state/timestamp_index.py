@@ -29,8 +29,9 @@ from rlmm.state.maxtree import TreePages
 
 def reference(pages: TreePages, tpid: bytes, epoch: int, epoch_start: int, segment: SegmentMetadata) -> None:
     """A finished segment enters the epoch's offset index at ``epoch_start``."""
-    maxtree.insert(pages, K.epoch_prefix(tpid, epoch), epoch_start + K.I64_FLIP, segment.max_timestamp_ms,
-                   segment.end_offset)
+    maxtree.insert(
+        pages, K.epoch_prefix(tpid, epoch), epoch_start + K.I64_FLIP, segment.max_timestamp_ms, segment.end_offset
+    )
 
 
 def unreference(pages: TreePages, tpid: bytes, epoch: int, epoch_start: int) -> None:
@@ -43,14 +44,17 @@ def add_finished_unreferenced(kv: WriteKV, tpid: bytes, epoch: int, start_offset
     kv.put_new(K.FINISHED_UNREFERENCED, _finished_unreferenced_key(tpid, epoch, start_offset, segment_id), b"")
 
 
-def move_finished_unreferenced(kv: WriteKV, tpid: bytes, segment: SegmentMetadata, before: list[int],
-                               after: list[int]) -> None:
+def move_finished_unreferenced(
+    kv: WriteKV, tpid: bytes, segment: SegmentMetadata, before: list[int], after: list[int]
+) -> None:
     """A segment that was finished and unreferenced in the epochs ``before`` is so in ``after`` now (each list
     empty while the segment is not finished)."""
     for epoch in before:
         if epoch not in after:
-            kv.delete(K.FINISHED_UNREFERENCED,
-                      _finished_unreferenced_key(tpid, epoch, segment.start_offset, segment.segment_id))
+            kv.delete(
+                K.FINISHED_UNREFERENCED,
+                _finished_unreferenced_key(tpid, epoch, segment.start_offset, segment.segment_id),
+            )
     for epoch in after:
         if epoch not in before:
             add_finished_unreferenced(kv, tpid, epoch, segment.start_offset, segment.segment_id)
@@ -64,7 +68,7 @@ def finished_unreferenced(kv: ReadKV, tpid: bytes, epoch: int) -> Iterator[bytes
     """The ids of the epoch's finished unreferenced segments, in the listing's order (start offset, then id)."""
     prefix = K.epoch_prefix(tpid, epoch)
     for key, _ in scan(kv, K.FINISHED_UNREFERENCED, prefix):
-        yield key[len(prefix) + 8:]
+        yield key[len(prefix) + 8 :]
 
 
 def first_referenced(kv: ReadKV, tpid: bytes, epoch: int, timestamp: int, starting_offset: int) -> int | None:
@@ -76,5 +80,8 @@ def first_referenced(kv: ReadKV, tpid: bytes, epoch: int, timestamp: int, starti
 
 def qualifies(segment: SegmentMetadata, timestamp: int, starting_offset: int) -> bool:
     """findOffsetByTimestamp's test of a listed segment (the broker's leader-epoch check aside)."""
-    return segment.max_timestamp_ms >= timestamp and segment.end_offset >= starting_offset \
+    return (
+        segment.max_timestamp_ms >= timestamp
+        and segment.end_offset >= starting_offset
         and segment.state is SegmentState.COPY_SEGMENT_FINISHED
+    )

@@ -57,17 +57,29 @@ class QuarantinedRecord:
     value: bytes | None
 
     def pack(self) -> bytes:
-        header = json.dumps({"reason": self.reason, "kafka_error": self.kafka_error,
-                             "kafka_cause": self.kafka_cause, "null": self.value is None}).encode()
+        header = json.dumps(
+            {
+                "reason": self.reason,
+                "kafka_error": self.kafka_error,
+                "kafka_cause": self.kafka_cause,
+                "null": self.value is None,
+            }
+        ).encode()
         return _HEADER_LEN.pack(len(header)) + header + (self.value or b"")
 
     @classmethod
     def unpack(cls, key: bytes, data: bytes) -> QuarantinedRecord:
         (length,) = _HEADER_LEN.unpack_from(data)
-        header = json.loads(data[2:2 + length])
-        value = None if header["null"] else data[2 + length:]
-        return cls(K.read_u32(key), K.read_offset(key, 4), header["reason"], header["kafka_error"],
-                   header["kafka_cause"], value)
+        header = json.loads(data[2 : 2 + length])
+        value = None if header["null"] else data[2 + length :]
+        return cls(
+            K.read_u32(key),
+            K.read_offset(key, 4),
+            header["reason"],
+            header["kafka_error"],
+            header["kafka_cause"],
+            value,
+        )
 
 
 class Batch:
@@ -120,16 +132,30 @@ class Batch:
 
 
 class View:
-    def __init__(self, path: str | Path, *, sync: bool = False, cache_mb: int = 32, row_cache_mb: int = 0,
-                 write_buffer_mb: int = 32, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        sync: bool = False,
+        cache_mb: int = 32,
+        row_cache_mb: int = 0,
+        write_buffer_mb: int = 32,
+        read_only: bool = False,
+    ) -> None:
         """``read_only`` opens an existing view beside the process that writes it (operations tools);
         ``row_cache_mb`` caches the offset index entries that batch lookups read."""
         self.path = Path(path)
         if read_only and not (self.path / "CURRENT").is_file():
             raise ViewNotFound(f"no view at {self.path}")
         self.path.mkdir(parents=True, exist_ok=True)
-        self._kv = RocksKV(self.path, cache_mb=cache_mb, row_cache_mb=row_cache_mb, write_buffer_mb=write_buffer_mb,
-                           sync=sync, read_only=read_only)
+        self._kv = RocksKV(
+            self.path,
+            cache_mb=cache_mb,
+            row_cache_mb=row_cache_mb,
+            write_buffer_mb=write_buffer_mb,
+            sync=sync,
+            read_only=read_only,
+        )
         self._write_lock = threading.Lock()
         # partition and epoch rows, kept across batches: this view is their only writer
         self._row_cache: dict[TopicIdPartition, PartitionRow] = {}
@@ -154,14 +180,21 @@ class View:
             self._upgrade(version)
             return
         self.close()
-        raise ViewSchemaMismatch(f"view at {self.path} has schema version {version}, this rlmm reads "
-                                 f"{SCHEMA_VERSION}: rebuild it from the topic or a snapshot")
+        raise ViewSchemaMismatch(
+            f"view at {self.path} has schema version {version}, this rlmm reads "
+            f"{SCHEMA_VERSION}: rebuild it from the topic or a snapshot"
+        )
 
     def _upgrade(self, version: int) -> None:
         tps = [K.tp_from_identity(key) for key, _ in scan(self._kv, K.PARTITIONS, b"")]
         while version < SCHEMA_VERSION:
-            log.warning("upgrading the view at %s from schema version %d to %d (%d partitions)", self.path, version,
-                        version + 1, len(tps))
+            log.warning(
+                "upgrading the view at %s from schema version %d to %d (%d partitions)",
+                self.path,
+                version,
+                version + 1,
+                len(tps),
+            )
             step = UPGRADE_STEPS[version]
             for tp in tps:
                 with self.batch() as batch:
@@ -202,8 +235,9 @@ class View:
         """Stage operations; on normal exit they are committed as one atomic write."""
         with self._write_lock:
             stage = StagedKV(self._kv)
-            batch = Batch(stage, StateMachine(stage, self._row_cache, self._epoch_cache, self._tree_pages,
-                                                 self._tree_tops))
+            batch = Batch(
+                stage, StateMachine(stage, self._row_cache, self._epoch_cache, self._tree_pages, self._tree_tops)
+            )
             try:
                 yield batch
             except BaseException:
@@ -252,7 +286,7 @@ class View:
         return {k[n:]: v for k, v in scan(self._kv, K.META, CONSUMER_STATE_PREFIX)}
 
     def counters(self) -> dict[str, int]:
-        return {k[len(b"count:"):].decode(): K.read_offset(v, 0) for k, v in scan(self._kv, K.META, b"count:")}
+        return {k[len(b"count:") :].decode(): K.read_offset(v, 0) for k, v in scan(self._kv, K.META, b"count:")}
 
     def quarantine(self) -> Iterator[QuarantinedRecord]:
         for key, value in scan(self._kv, K.QUARANTINE, b""):
@@ -280,6 +314,11 @@ def reset_view(path: str | Path) -> list[TopicIdPartition]:
         registered = [tp for tp, assigned, _ in view.partitions() if assigned]
     aside = path.with_name(f"{path.name}.reset-{time.strftime('%Y%m%dT%H%M%S')}")
     path.rename(aside)
-    log.warning("the view %s was set aside as %s; a fresh view consumes the topic from the start, with its %d "
-                "registered partition(s)", path, aside, len(registered))
+    log.warning(
+        "the view %s was set aside as %s; a fresh view consumes the topic from the start, with its %d "
+        "registered partition(s)",
+        path,
+        aside,
+        len(registered),
+    )
     return registered
