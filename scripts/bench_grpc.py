@@ -10,6 +10,9 @@ fifth with a transaction index) is built once with ``View.batch()`` (no broker) 
   8 concurrent clients, each a process making one call at a time;
 * the unary floor: the standard health service's ``Check`` (no view behind it) on the same server with
   the same clients, the most a unary call can do with grpcio on this machine (``unary_floor_*``);
+* the server's CPU time (user + system, all its threads) per unary call, for both, and their ratio
+  (``*_server_cpu_us_per_call``, ``unary_server_cpu_of_floor``): on a machine whose cores the clients
+  share, calls/s compare the server's share of the cores as much as its work, CPU per call the work;
 * batch lookups/s with batches of ``--batch`` random lookups over the whole view (``BATCH_CALLS``
   distinct batches per client): ``ColumnarRemoteLogSegmentMetadata`` (the fastest call:
   ``batch_lookups_per_s``), ``BatchRemoteLogSegmentMetadata`` with found segments as Kafka's bytes
@@ -36,6 +39,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, TopicIdPartition
 from rlmm.records.serde import encode_value
@@ -344,20 +349,29 @@ def main() -> None:
     server, port = serve(view_dir, args.cache_mb, args.row_cache_mb)
     try:
         report: dict = {"segments": args.segments, "cache_mb": args.cache_mb, "row_cache_mb": args.row_cache_mb}
+        server_cpu = psutil.Process(server.pid)
         for prefix, floor in (("unary", False), ("unary_floor", True)):
-            for name in ("p50_ms", "p99_ms", "qps"):
+            for name in ("p50_ms", "p99_ms", "qps", "server_cpu_us_per_call"):
                 report[f"{prefix}_{name}"] = {}
             for clients in (1, 8):
+                cpu_before = sum(server_cpu.cpu_times()[:2])  # user + system, every thread of the server
                 runs = run_clients(unary_client, clients, (port, per_partition, args.seconds, floor))
+                cpu_spent = sum(server_cpu.cpu_times()[:2]) - cpu_before
                 latencies = sorted(x for run in runs for x in run)
+                report[f"{prefix}_server_cpu_us_per_call"][str(clients)] = round(cpu_spent / len(latencies) * 1e6, 1)
                 report[f"{prefix}_p50_ms"][str(clients)] = round(_percentile(latencies, 0.5) * 1000, 3)
                 report[f"{prefix}_p99_ms"][str(clients)] = round(_percentile(latencies, 0.99) * 1000, 3)
                 report[f"{prefix}_qps"][str(clients)] = round(len(latencies) / args.seconds)
                 log(
                     f"{'health Check (the floor)' if floor else 'unary'}, {clients} client(s): "
                     f"{report[f'{prefix}_qps'][str(clients)]} calls/s, p50 {report[f'{prefix}_p50_ms'][str(clients)]} "
-                    f"ms, p99 {report[f'{prefix}_p99_ms'][str(clients)]} ms"
+                    f"ms, p99 {report[f'{prefix}_p99_ms'][str(clients)]} ms, server CPU "
+                    f"{report[f'{prefix}_server_cpu_us_per_call'][str(clients)]} us per call"
                 )
+        report["unary_server_cpu_of_floor"] = {
+            clients: round(us / report["unary_floor_server_cpu_us_per_call"][clients], 2)
+            for clients, us in report["unary_server_cpu_us_per_call"].items()
+        }
         report["unary_qps_of_floor"] = {
             clients: round(qps / report["unary_floor_qps"][clients], 2) for clients, qps in report["unary_qps"].items()
         }
