@@ -67,6 +67,24 @@ class OffsetCache:
         values = self.base.get_many(K.OFFSETS, keys)
         return values if self._generation == generation else None
 
+    def floor_entry(self, prefix: bytes, offset: int) -> tuple[bool, bytes | None]:
+        """``floor_entries`` of one lookup, read with a point get (a multi-get of one key costs twice as much):
+        (False, None) when the cache cannot answer."""
+        generation = self._generation
+        if generation & 1:
+            return False, None
+        starts = self._starts.get(prefix)
+        if starts is None:
+            starts = self._load(prefix, generation)
+            if starts is None:
+                return False, None
+        at = bisect_right(starts, offset)
+        try:
+            value = self.base.get(K.OFFSETS, prefix + K.offset_bytes(starts[at - 1])) if at else None
+        except IndexError:  # a commit shrank the epoch between the bisection and the read
+            return False, None
+        return self._generation == generation, value
+
     def _load(self, prefix: bytes, generation: int) -> array | None:
         """Read an epoch's start offsets; kept if no commit changed the offset index meanwhile."""
         if prefix in self._oversized:

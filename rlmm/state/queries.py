@@ -73,9 +73,8 @@ class Queries:
         of a seek), as for batch lookups."""
         tpid = self._ready_tpid(tp)
         if self.offset_cache is not None:
-            entries = self.offset_cache.floor_entries([(K.epoch_prefix(tpid, epoch), offset)])
-            if entries is not None:
-                raw = entries[0]
+            answered, raw = self.offset_cache.floor_entry(K.epoch_prefix(tpid, epoch), offset)
+            if answered:
                 return None if raw is None or offset > ref_epoch_end(raw) else decode_segment(ref_value(raw))
         found = self._lookup(tpid, epoch, offset, self._epoch_row(tpid, epoch))
         return None if found is None else decode_segment(found[1].value)
