@@ -21,6 +21,7 @@ from rlmm.state.offset_cache import OffsetCache
 from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, ref_epoch_end, ref_value
 
 T = TypeVar("T")
+ROWS_KEPT = 100_000  # partition rows kept parsed
 
 
 class Queries:
@@ -28,10 +29,23 @@ class Queries:
         """``offset_cache`` (over the same state as ``kv``) speeds up batch lookups."""
         self.kv = kv
         self.offset_cache = offset_cache
+        # the row last read for each partition, with the stored bytes it came from: a read-through cache
+        # below returns the same bytes object until the partition's row changes
+        self._rows: dict[TopicIdPartition, tuple[bytes, PartitionRow]] = {}
 
     def partition_row(self, tp: TopicIdPartition) -> PartitionRow | None:
+        """The partition's row (shared between calls: not to be changed)."""
         raw = self.kv.get(K.PARTITIONS, K.tp_identity(tp))
-        return None if raw is None else PartitionRow.unpack(raw)
+        if raw is None:
+            return None
+        known = self._rows.get(tp)
+        if known is not None and known[0] is raw:
+            return known[1]
+        row = PartitionRow.unpack(raw)
+        if len(self._rows) >= ROWS_KEPT:
+            self._rows.clear()
+        self._rows[tp] = (raw, row)
+        return row
 
     def _ready_tpid(self, tp: TopicIdPartition) -> bytes:
         row = self.partition_row(tp)
