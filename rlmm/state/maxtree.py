@@ -71,12 +71,11 @@ class Page:
     def slot_of(self, position: int) -> int:
         return (position >> (BITS * (self.level - 1))) & _MASK
 
-    def set(self, slot: int, first: int, second: int, child_level: int, child: int) -> Slot:
+    def set(self, slot: int, first: int, second: int, child_level: int, child: int) -> None:
         if self.slots[slot] is None:
             self.count += 1
-        made = self.slots[slot] = Slot(first, second, child_level, child)
+        self.slots[slot] = Slot(first, second, child_level, child)
         self.dirty |= 1 << slot
-        return made
 
     def clear(self, slot: int) -> None:
         if self.slots[slot] is not None:

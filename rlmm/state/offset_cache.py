@@ -48,6 +48,25 @@ class OffsetCache:
         epoch has no entry at or below the offset; None for the whole batch when a commit overlapped
         the reads or an epoch is too large to hold (the caller then seeks)."""
         generation = self._generation
+        keys = self._floor_keys(lookups, generation)
+        if keys is None:
+            return None
+        values = self.base.get_many(K.OFFSETS, keys)
+        return values if self._generation == generation else None
+
+    def floor_entry(self, prefix: bytes, offset: int) -> tuple[bool, bytes | None]:
+        """``floor_entries`` of one lookup, read with a point get (a multi-get of one key costs twice as much):
+        (False, None) when the cache cannot answer."""
+        generation = self._generation
+        keys = self._floor_keys(((prefix, offset),), generation)
+        if keys is None:
+            return False, None
+        value = self.base.get(K.OFFSETS, keys[0])
+        return self._generation == generation, value
+
+    def _floor_keys(self, lookups: Sequence[tuple[bytes, int]], generation: int) -> list[bytes] | None:
+        """The offset-index key at or below each lookup (a bare prefix, which is no key, where there is none);
+        None when the cache cannot say."""
         if generation & 1:
             return None
         cached = self._starts
@@ -61,29 +80,10 @@ class OffsetCache:
                     if starts is None:
                         return None
                 at = bisect_right(starts, offset)
-                append(prefix + pack(starts[at - 1]) if at else prefix)  # a bare prefix is no key: None
+                append(prefix + pack(starts[at - 1]) if at else prefix)
         except IndexError:  # a commit shrank an epoch between the bisection and the read
             return None
-        values = self.base.get_many(K.OFFSETS, keys)
-        return values if self._generation == generation else None
-
-    def floor_entry(self, prefix: bytes, offset: int) -> tuple[bool, bytes | None]:
-        """``floor_entries`` of one lookup, read with a point get (a multi-get of one key costs twice as much):
-        (False, None) when the cache cannot answer."""
-        generation = self._generation
-        if generation & 1:
-            return False, None
-        starts = self._starts.get(prefix)
-        if starts is None:
-            starts = self._load(prefix, generation)
-            if starts is None:
-                return False, None
-        at = bisect_right(starts, offset)
-        try:
-            value = self.base.get(K.OFFSETS, prefix + K.offset_bytes(starts[at - 1])) if at else None
-        except IndexError:  # a commit shrank the epoch between the bisection and the read
-            return False, None
-        return self._generation == generation, value
+        return keys
 
     def _load(self, prefix: bytes, generation: int) -> array | None:
         """Read an epoch's start offsets; kept if no commit changed the offset index meanwhile."""

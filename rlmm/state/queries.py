@@ -154,9 +154,7 @@ class Queries:
         if er is None or er.members == 0:
             return []
         if er.dangling:
-            raise RemoteResourceNotFound(
-                f"No remote log segment metadata found for a segment of epoch {epoch} of {_describe(tp)}"
-            )
+            raise _dangling(tp, epoch)
         prefix = K.epoch_prefix(tpid, epoch)
         ids = [RefEntry.unpack(raw).segment_id for _, raw in scan(self.kv, K.OFFSETS, prefix)]
         if er.unreferenced:
@@ -175,9 +173,7 @@ class Queries:
         if er is None:
             return 0
         if er.dangling:
-            raise RemoteResourceNotFound(
-                f"No remote log segment metadata found for a segment of epoch {epoch} of {_describe(tp)}"
-            )
+            raise _dangling(tp, epoch)
         return er.size
 
     def next_segment_with_txn_index(self, tp: TopicIdPartition, epoch: int, offset: int) -> SegmentMetadata | None:
@@ -220,9 +216,7 @@ class Queries:
         if er is None or er.members == 0:
             return None
         if er.dangling:
-            raise RemoteResourceNotFound(
-                f"No remote log segment metadata found for a segment of epoch {epoch} of {_describe(tp)}"
-            )
+            raise _dangling(tp, epoch)
         prefix = K.epoch_prefix(tpid, epoch)
         if er.unreferenced and self.kv.ceiling(K.INVERSIONS, prefix, prefix) is not None:
             listed = self.list_epoch_segments(tp, epoch)  # the order by start offset is not the index's
@@ -250,6 +244,13 @@ def _present(value: T | None) -> T:
     """A row or segment that the view's indexes say exists."""
     assert value is not None
     return value
+
+
+def _dangling(tp: TopicIdPartition, epoch: int) -> RemoteResourceNotFound:
+    """How Kafka's listing of an epoch fails when it names a segment whose metadata is gone."""
+    return RemoteResourceNotFound(
+        f"No remote log segment metadata found for a segment of epoch {epoch} of {_describe(tp)}"
+    )
 
 
 def _describe(tp: TopicIdPartition) -> str:
