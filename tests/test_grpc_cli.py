@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from consumers.broker import free_port
 from rlmm.client import RlmmClient
 from rlmm.records.uuid import uuid_to_str
-from rlmm.server.config import load_settings
+from rlmm.settings import load_settings
 from rlmm.state.view import View
 from tests.grpc_support import finished, new_tp, segment
 

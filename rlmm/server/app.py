@@ -16,10 +16,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from consumers.manager import RemoteLogMetadataManager
 from rlmm.server.auth import WriteAuthorization
 from rlmm.server.backend import Backend
-from rlmm.server.config import ServeSettings, split_address
 from rlmm.server.metrics import Metrics
 from rlmm.server.reflection import enable_reflection
 from rlmm.server.servicer import SERVICE_NAME, RlmmServicer, add_to_server
+from rlmm.settings import Settings, split_address
 from rlmm.state.view import View, reset_view
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class ServeError(RuntimeError):
     """The server cannot start for a reason the operator can fix (an address in use, a missing file)."""
 
 
-def server_credentials(settings: ServeSettings) -> grpc.ServerCredentials | None:
+def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
     if settings.tls_cert is None:
         return None
     try:
@@ -51,7 +51,7 @@ def server_credentials(settings: ServeSettings) -> grpc.ServerCredentials | None
 class RlmmServer:
     """``RlmmServer(backend, settings).start()``; ``port`` is the bound port, ``stop`` drains."""
 
-    def __init__(self, backend: Backend, settings: ServeSettings, metrics: Metrics | None = None) -> None:
+    def __init__(self, backend: Backend, settings: Settings, metrics: Metrics | None = None) -> None:
         self.backend = backend
         self.settings = settings
         self.metrics = metrics or Metrics()
@@ -146,7 +146,7 @@ class RlmmServer:
         log.info("stopped serving")
 
 
-def run(settings: ServeSettings, started: Callable[[dict], None], reset: bool = False) -> None:
+def run(settings: Settings, started: Callable[[dict], None], reset: bool = False) -> None:
     """Open the view, start the consumer (with Kafka) and the server, and serve until SIGTERM/SIGINT; then
     drain the calls in flight, stop the consumer, flush and close the view. ``started`` gets the bound
     ports once serving. ``reset``: set the existing view aside and consume the topic again from the start

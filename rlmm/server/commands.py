@@ -5,48 +5,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from rlmm.cli_errors import Failure, view_errors
+from rlmm.cli_settings import settings_from_command_line, settings_options
 from rlmm.cli_vocabulary import GroupOptionsAnywhere
 from rlmm.records.canonical import to_canonical
 
-if TYPE_CHECKING:
-    from pydantic import ValidationError
-
 
 @click.command()
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="RLMM_CONFIG",
-    help="TOML file with the settings (or RLMM_CONFIG); environment variables RLMM_<NAME> and these flags override it.",
-)
-@click.option("--view", "view", type=click.Path(file_okay=False, path_type=Path), help="The view's directory.")
+@settings_options
 @click.option("--listen", help="gRPC address HOST:PORT [127.0.0.1:50051].")
-@click.option(
-    "--bootstrap-server",
-    "-b",
-    "bootstrap_servers",
-    help="Kafka bootstrap servers; without them the view is served read-only.",
-)
-@click.option(
-    "--set",
-    "kafka",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="A Kafka-named setting, e.g. remote.log.metadata.topic.num.partitions=50 (repeatable).",
-)
-@click.option(
-    "--partition",
-    "partitions",
-    multiple=True,
-    metavar="TOPIC_ID:TOPIC:PARTITION",
-    help="Register a user partition at start (repeatable).",
-)
 @click.option("--metrics-listen", help="Serve Prometheus /metrics on HOST:PORT.")
 @click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path), help="Server certificate (PEM).")
 @click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path), help="Server private key (PEM).")
@@ -70,12 +40,6 @@ if TYPE_CHECKING:
 )
 @click.option("--grace-s", type=float, help="Seconds in-flight calls get on SIGTERM [30].")
 @click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    help="Least severe log lines on stderr [info].",
-)
-@click.option("--log-format", type=click.Choice(["json", "text"]), help="Log lines as JSON objects or text [json].")
-@click.option(
     "--reset",
     is_flag=True,
     help="Set the existing view aside (VIEW.reset-TIMESTAMP, nothing is deleted) and consume the topic "
@@ -88,19 +52,10 @@ def serve(config_file: Path | None, kafka: tuple[str, ...], reset: bool, **flags
     Prints one JSON line {"event": "serving", "port": ..., "metrics_port": ..., "pid": ...} once serving.
     SIGTERM/SIGINT: health turns NOT_SERVING, calls in flight finish (within the grace period), the
     consumer stops, the view is flushed and closed."""
-    from pydantic import ValidationError
-
-    from consumers.config import parse_setting
     from rlmm.logs import setup_logging
     from rlmm.server.app import ServeError, run
-    from rlmm.server.config import load_settings
 
-    try:
-        config = load_settings(config_file, kafka=dict(parse_setting(s) for s in kafka), **flags)
-    except ValidationError as exc:
-        raise click.UsageError(_settings_problems(exc)) from None
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    config = settings_from_command_line(config_file, kafka, **flags)
     if reset and config.rlmm_config() is None:
         raise click.UsageError("--reset consumes the topic again into a fresh view: give the bootstrap servers")
     if config.rlmm_config() is None and not (config.view / "CURRENT").is_file():
@@ -115,19 +70,6 @@ def serve(config_file: Path | None, kafka: tuple[str, ...], reset: bool, **flags
             run(config, lambda line: click.echo(json.dumps(line)), reset=reset)
     except ServeError as exc:
         raise Failure(str(exc)) from None
-
-
-def _settings_problems(exc: ValidationError) -> str:
-    """A pydantic ``ValidationError`` in one line: each field and what is wrong with it."""
-    problems = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"])
-        message = error["msg"].removeprefix("Value error, ")
-        problems.append(f"{where}: {message}" if where else message)
-    return (
-        f"invalid settings: {'; '.join(problems)} (settings come from --config, RLMM_<NAME> variables and "
-        f"flags; see docs/configuration.md)"
-    )
 
 
 # ---- rlmm query ----------------------------------------------------------------------------------------

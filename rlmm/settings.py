@@ -1,6 +1,8 @@
-"""The configuration of ``rlmm serve``: one model, read from a TOML file (``--config``), environment
-variables (``RLMM_`` + the field name in capitals, e.g. ``RLMM_LISTEN``; lists and tables as JSON) and
-command-line flags, each overriding the one before.
+"""The settings of the commands that run the service, ``rlmm serve`` and ``rlmm consume``: one model, read
+from a TOML file (``--config``), environment variables (``RLMM_`` + the field name in capitals, e.g.
+``RLMM_LISTEN``; lists and tables as JSON) and command-line flags, each overriding the one before. ``consume``
+reads the same file and variables and uses the settings it has a use for (the view, Kafka, the partitions,
+the logs).
 
 Kafka's settings keep Kafka's names, in the ``kafka`` table (``remote.log.metadata.topic.num.partitions``,
 ``remote.log.metadata.consumer.*``, ...): they are handed to ``consumers.config.RlmmConfig.from_properties``
@@ -10,11 +12,17 @@ as they are. ``remote.log.metadata.common.client.bootstrap.servers`` there may s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from consumers.config import COMMON_CLIENT_PREFIX, RlmmConfig
 from consumers.service import parse_partition
@@ -31,7 +39,7 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class ServeSettings(BaseSettings):
+class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLMM_", extra="forbid")
 
     view: Path = Field(description="The view's directory (created when missing).")
@@ -92,7 +100,9 @@ class ServeSettings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Least severe log lines written to stderr."
     )
-    log_format: Literal["json", "text"] = Field("json", description="json: one JSON object per line; text: for people.")
+    log_format: Literal["json", "text"] = Field(
+        "json", description="json: one JSON object per line; text: for people (the default of rlmm consume)."
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -115,7 +125,7 @@ class ServeSettings(BaseSettings):
         return values
 
     @model_validator(mode="after")
-    def _consistent(self) -> ServeSettings:
+    def _consistent(self) -> Settings:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together")
         if self.tls_client_ca is not None and self.tls_cert is None:
@@ -150,16 +160,38 @@ class ServeSettings(BaseSettings):
         return [parse_partition(p) for p in self.partitions]
 
 
-def load_settings(config_file: Path | None = None, **overrides: object) -> ServeSettings:
+def load_settings(
+    config_file: Path | None = None, command_defaults: Mapping[str, object] | None = None, **overrides: object
+) -> Settings:
     """Settings from ``config_file`` (TOML), then the environment, then ``overrides`` (flags; None and
-    empty values are left out)."""
-    cls = ServeSettings
-    if config_file is not None:
-        if not config_file.is_file():
-            raise ValueError(f"no configuration file {config_file}")
-        cls = type(
-            "ServeSettings",
-            (ServeSettings,),
-            {"model_config": {**ServeSettings.model_config, "toml_file": config_file}},
-        )
-    return cls(**{k: v for k, v in overrides.items() if v not in (None, (), [], {})})
+    empty values are left out). ``command_defaults`` stand in for the model's defaults (a command's own)."""
+    if config_file is not None and not config_file.is_file():
+        raise ValueError(f"no configuration file {config_file}")
+    defaults = dict(command_defaults or {})
+
+    def sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+        toml = TomlConfigSettingsSource(settings_cls)
+        return init_settings, env_settings, toml, InitSettingsSource(settings_cls, init_kwargs=defaults)
+
+    loaded = type(
+        "Settings",
+        (Settings,),
+        {
+            "model_config": {**Settings.model_config, "toml_file": config_file},
+            "settings_customise_sources": classmethod(sources),
+        },
+    )
+    return loaded(**{k: v for k, v in overrides.items() if v not in (None, (), [], {})})
+
+
+def settings_problems(exc: ValidationError) -> str:
+    """A pydantic ``ValidationError`` in one line: each field and what is wrong with it."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return (
+        f"invalid settings: {'; '.join(problems)} (settings come from --config, RLMM_<NAME> variables and "
+        f"flags; see docs/configuration.md)"
+    )
