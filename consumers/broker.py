@@ -21,14 +21,12 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
+from rlmm.errors import BrokerError
+
 log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 _SIGKILL = int(signal.SIGKILL)
 _prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
-
-
-class BrokerError(RuntimeError):
-    pass
 
 
 def tansu_binary() -> str:
@@ -85,8 +83,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class _NotReady(Exception):
-    pass
+class _NotReady(BrokerError):
+    """The broker is not serving yet: tried again."""
 
 
 class LocalBroker:

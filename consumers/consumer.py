@@ -40,11 +40,11 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 
 from consumers.config import RlmmConfig
 from consumers.ratelog import RateLimitedLog
-from consumers.topic import TopicChangedError, describe_topic, ensure_topic
+from consumers.topic import describe_topic, ensure_topic
 from consumers.watcher import OffsetWatcher
+from rlmm.errors import TopicChangedError, ViewDamaged, ViewError, ViewStorageFailed
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.partitioner import metadata_partition
-from rlmm.state.errors import ViewDamaged, ViewError, ViewStorageFailed
 from rlmm.state.results import ApplyResult
 from rlmm.state.view import Batch, View
 

@@ -13,8 +13,15 @@ from confluent_kafka import KafkaError, KafkaException
 from consumers.config import RlmmConfig
 from consumers.consumer import MetadataConsumer
 from consumers.producer import MetadataProducer
-from consumers.topic import TopicChangedError
 from consumers.watcher import OffsetWatcher
+from rlmm.errors import (
+    InvalidMetadataError,
+    NotInitializedError,
+    ServiceStoppedError,
+    TopicChangedError,
+    WriteFailedError,
+    WriteTimeoutError,
+)
 from rlmm.records.model import (
     PartitionDelete,
     RemoteLogMetadata,
@@ -26,31 +33,6 @@ from rlmm.records.model import (
 from rlmm.records.serde import encode_value
 from rlmm.state.queries import Queries
 from rlmm.state.view import View
-
-
-class NotInitializedError(RuntimeError):
-    """The metadata topic is not known good yet (or the service stopped): Kafka's IllegalStateException."""
-
-    kafka_name = "IllegalStateException"
-
-
-class InvalidMetadataError(ValueError):
-    kafka_name = "IllegalArgumentException"
-
-
-class WriteTimeoutError(TimeoutError):
-    """The write did not complete within remote.log.metadata.consume.wait.ms. The record may have been
-    written, and then it will still be applied later."""
-
-    kafka_name = "TimeoutException"
-
-
-class WriteFailedError(RuntimeError):
-    """The broker refused the record: it was not written."""
-
-
-class ServiceStoppedError(RuntimeError):
-    pass
 
 
 class RemoteLogMetadataManager:

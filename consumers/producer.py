@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from consumers.config import RlmmConfig
+from rlmm.errors import ProducerRecoveringError
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +32,6 @@ _PRODUCER_ID_REFUSED = frozenset(
     }
 )
 _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
-
-
-class ProducerRecoveringError(RuntimeError):
-    """The producer met a fatal error and is being replaced: the record was not sent (or its delivery is
-    unknown); retry it."""
-
-    kafka_name = "RetriableException"
 
 
 class MetadataProducer:

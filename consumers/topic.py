@@ -12,28 +12,9 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from consumers.config import RlmmConfig
+from rlmm.errors import TopicMismatchError
 
 log = logging.getLogger(__name__)
-
-
-class TopicMismatchError(RuntimeError):
-    """The existing metadata topic cannot be used with this configuration. Not retried."""
-
-
-class TopicChangedError(RuntimeError):
-    """The metadata topic is no longer the one the view was built from: its offsets went backwards, its
-    topic id or its partition count changed, or it was deleted. Applying on would mix two histories."""
-
-    KINDS = ("offsets_backwards", "topic_id_changed", "partition_count_changed", "topic_deleted")
-
-    def __init__(self, kind: str, topic: str, seen: str) -> None:
-        super().__init__(
-            f"{seen}: {topic!r} is not the topic this view was built from (the broker lost it, or it "
-            f"was deleted and created again); the consumer stopped applying so as not to mix two "
-            f"histories. Rebuild the view: restore a snapshot (rlmm snapshot restore), or consume the "
-            f"topic again from the start into a fresh view (rlmm serve --reset, rlmm consume --reset)"
-        )
-        self.kind = kind
 
 
 @dataclass(frozen=True)

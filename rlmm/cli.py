@@ -17,9 +17,10 @@ from rlmm.cli_errors import Failure, view_errors
 from rlmm.cli_settings import settings_from_command_line, settings_options
 from rlmm.cli_vocabulary import RenamingGroup
 from rlmm.compiled import core_build
+from rlmm.errors import DecodeError
 from rlmm.logs import setup_logging
 from rlmm.records.canonical import to_canonical
-from rlmm.records.serde import DecodeError, decode_value
+from rlmm.records.serde import decode_value
 from rlmm.runtime import tune_gc
 
 
@@ -90,7 +91,7 @@ def decode(source: BinaryIO, input_format: str) -> None:
             context["decoded"] = to_canonical(decode_value(value))
         except DecodeError as exc:
             failed = True
-            context.update(error=exc.kafka_error, cause=exc.kafka_cause, message=str(exc))
+            context.update(error=exc.kafka_exception, cause=exc.kafka_cause, message=str(exc))
         click.echo(json.dumps(context, ensure_ascii=False))
     sys.exit(1 if failed else 0)
 
@@ -242,8 +243,9 @@ def consume(
     from the view: history is not read again), "status" every --status-every seconds (lag per metadata
     partition, readiness, counters) and "stopped". Exit code 1 when the consumer failed (e.g. the topic's
     partition count differs from remote.log.metadata.topic.num.partitions)."""
-    from consumers.broker import BrokerError, LocalBroker
+    from consumers.broker import LocalBroker
     from consumers.service import emit_json, read_partitions, run
+    from rlmm.errors import BrokerError
 
     if dev_broker and flags["bootstrap_servers"]:
         raise click.UsageError("give either --bootstrap-server or --dev-broker")
@@ -291,7 +293,8 @@ def broker(port: int | None, log_level: str, log_format: str) -> None:
     import signal
     import threading
 
-    from consumers.broker import BrokerError, LocalBroker
+    from consumers.broker import LocalBroker
+    from rlmm.errors import BrokerError
 
     setup_logging(log_level, log_format)
     stop = threading.Event()

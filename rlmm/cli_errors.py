@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import click
 
-from rlmm.state.errors import ViewDamaged, ViewInUse, ViewNotFound, ViewSchemaMismatch, ViewStorageFailed
+from rlmm.errors import ViewDamaged, ViewInUse, ViewNotFound, ViewSchemaMismatch, ViewStorageFailed
 
 
 class Failure(click.ClickException):

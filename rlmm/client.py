@@ -5,7 +5,7 @@ its writes and registrations those of ``consumers.manager.RemoteLogMetadataManag
 deadline (``timeout``); UNAVAILABLE (a partition still loading, a server starting or stopping, a
 connection lost) is retried with exponential backoff and jitter, never sooner than the server's
 ``RetryInfo`` asks, until ``retry_for`` seconds have passed. Other statuses raise at once, as
-:class:`RlmmError` subclasses that are also the matching local exceptions (``NotFoundError`` is a
+:class:`CallError` subclasses that are also the matching local exceptions (``NotFoundError`` is a
 ``RemoteResourceNotFound``, ``ReplicaNotAvailableError`` a ``ReplicaNotAvailable``, ...).
 
     with RlmmClient("127.0.0.1:50051") as rlmm:
@@ -27,9 +27,18 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay
 from tenacity.wait import wait_base, wait_exponential_jitter
 
 from rlmm import convert
+from rlmm.errors import (
+    AccessDeniedError,
+    CallError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    NotFoundError,
+    RefusedError,
+    ReplicaNotAvailableError,
+    UnavailableError,
+)
 from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentUpdate, TopicIdPartition
 from rlmm.records.serde import decode_value
-from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.v1 import service_pb2 as api
 from rlmm.v1 import service_pb2_grpc
 
@@ -37,71 +46,18 @@ T = TypeVar("T")
 Lookup = tuple[TopicIdPartition, int, int]
 
 
-class RlmmError(Exception):
-    """A call that failed: the status code, the server's message, and the details it gave."""
-
-    def __init__(
-        self,
-        code: grpc.StatusCode,
-        message: str,
-        reason: str | None = None,
-        kafka_exception: str | None = None,
-        retry_after_s: float | None = None,
-    ) -> None:
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
-        self.message = message
-        self.reason = reason
-        self.kafka_exception = kafka_exception
-        self.retry_after_s = retry_after_s
-
-
-class NotFoundError(RlmmError, RemoteResourceNotFound):
-    """NOT_FOUND: Kafka's RemoteResourceNotFoundException."""
-
-
-class UnavailableError(RlmmError):
-    """UNAVAILABLE: retried by the client until ``retry_for`` ran out, when retrying can help: the server
-    suggested a delay, or the transport failed (no rlmm reason). A server whose consumer stopped for good
-    (reason ``CONSUMER_STOPPED``) is not asked again."""
-
-    @property
-    def retryable(self) -> bool:
-        return self.reason is None or self.retry_after_s is not None
-
-
-class ReplicaNotAvailableError(UnavailableError, ReplicaNotAvailable):
-    """UNAVAILABLE because the partition's metadata is still loading: Kafka's ReplicaNotAvailableException."""
-
-
-class InvalidArgumentError(RlmmError, ValueError):
-    """INVALID_ARGUMENT: the request is malformed; the message names the field."""
-
-
-class RefusedError(RlmmError):
-    """FAILED_PRECONDITION: a write Kafka's rules refuse, or a server without Kafka."""
-
-
-class WriteTimeoutError(RlmmError, TimeoutError):
-    """DEADLINE_EXCEEDED: not applied in time (the write may still be applied later), or the call's deadline."""
-
-
-class AccessDeniedError(RlmmError, PermissionError):
-    """UNAUTHENTICATED or PERMISSION_DENIED: write authorization does not list this caller."""
-
-
-_ERRORS: dict[grpc.StatusCode, type[RlmmError]] = {
+_ERRORS: dict[grpc.StatusCode, type[CallError]] = {
     grpc.StatusCode.NOT_FOUND: NotFoundError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.FAILED_PRECONDITION: RefusedError,
-    grpc.StatusCode.DEADLINE_EXCEEDED: WriteTimeoutError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.UNAUTHENTICATED: AccessDeniedError,
     grpc.StatusCode.PERMISSION_DENIED: AccessDeniedError,
 }
 
 
-def error_of(exc: grpc.RpcError) -> RlmmError:
+def error_of(exc: grpc.RpcError) -> CallError:
     """The typed error of a failed call, with the ErrorInfo and RetryInfo details the server sent."""
     reason = kafka = retry = None
     status = rpc_status.from_call(exc) if isinstance(exc, grpc.Call) else None
@@ -112,7 +68,7 @@ def error_of(exc: grpc.RpcError) -> RlmmError:
         elif detail.Unpack(hint):
             retry = hint.retry_delay.ToMilliseconds() / 1000
     code = exc.code()
-    kind = ReplicaNotAvailableError if reason == "REPLICA_NOT_AVAILABLE" else _ERRORS.get(code, RlmmError)
+    kind = ReplicaNotAvailableError if reason == "REPLICA_NOT_AVAILABLE" else _ERRORS.get(code, CallError)
     return kind(code, exc.details() or "", reason, kafka, retry)
 
 
@@ -204,7 +160,7 @@ class RlmmClient:
 
     def remote_log_segment_metadata_batch(
         self, lookups: Iterable[Lookup], *, kafka_values: bool = True
-    ) -> list[SegmentMetadata | None | RlmmError]:
+    ) -> list[SegmentMetadata | None | CallError]:
         """One answer per (partition, epoch, offset): the segment, None, or the error of that lookup alone
         (``NotFoundError``, ``ReplicaNotAvailableError``). ``kafka_values``: ask in columns and receive
         segments as Kafka's bytes, decoded here (``ColumnarRemoteLogSegmentMetadata``, the cheapest call
@@ -351,7 +307,7 @@ def _segment(response) -> SegmentMetadata | None:
     return convert.segment_metadata_from_pb(response.remote_log_segment_metadata)
 
 
-def _result(result: api.LookupResult) -> SegmentMetadata | None | RlmmError:
+def _result(result: api.LookupResult) -> SegmentMetadata | None | CallError:
     kind = result.WhichOneof("result")
     if kind == "kafka_value":
         return decode_value(result.kafka_value)
@@ -362,7 +318,7 @@ def _result(result: api.LookupResult) -> SegmentMetadata | None | RlmmError:
     return None
 
 
-def _lookup_error(error: api.LookupError) -> RlmmError:
+def _lookup_error(error: api.LookupError) -> CallError:
     if error.code == grpc.StatusCode.NOT_FOUND.value[0]:
         return NotFoundError(grpc.StatusCode.NOT_FOUND, error.message, kafka_exception=error.kafka_exception)
     return ReplicaNotAvailableError(grpc.StatusCode.UNAVAILABLE, error.message, kafka_exception=error.kafka_exception)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
+from rlmm.errors import ArgumentError
 from rlmm.records.model import (
     PartitionDelete,
     PartitionDeleteState,
@@ -21,15 +22,6 @@ from rlmm.records.model import (
 from rlmm.records.uuid import uuid_from_str, uuid_to_str
 from rlmm.records.wire import MAX_STRING_LENGTH
 from rlmm.v1 import metadata_pb2 as pb
-
-
-class ArgumentError(ValueError):
-    """A request field is malformed (INVALID_ARGUMENT)."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
-        self.field = field
-
 
 # ---- to rlmm -------------------------------------------------------------------------------------
 

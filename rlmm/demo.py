@@ -24,15 +24,12 @@ from pathlib import Path
 import click
 
 from rlmm.cli_errors import Failure
+from rlmm.errors import DemoError
 from rlmm.records.canonical import to_canonical
 from rlmm.records.model import SegmentMetadata
 
 TOPIC = "__remote_log_metadata"
 UNDECODABLE = b"\xff\xfe not a remote log metadata record"
-
-
-class DemoError(RuntimeError):
-    pass
 
 
 class _Service:
@@ -249,7 +246,7 @@ def _wait_ready(progress, client, live: list, timeout: float) -> float:
 def _query_round(progress, client, live: list) -> tuple:
     """One round of every query on the partition with the most segments: (partition, epoch, offset asked,
     the answers and latencies by query, the status and health among them)."""
-    from rlmm.client import RlmmError
+    from rlmm.errors import CallError
 
     queries = progress.add_task("one round of every query", total=10)
     sizes = {tp: client.remote_log_size(tp) for tp in live}
@@ -276,7 +273,7 @@ def _query_round(progress, client, live: list) -> tuple:
         try:
             result, ms = _timed(call)
             latencies[name] = {"ms": round(ms, 3), "answer": _as_json(result)}
-        except RlmmError as exc:  # an answer too (e.g. RemoteResourceNotFound), still a round trip
+        except CallError as exc:  # an answer too (e.g. RemoteResourceNotFound), still a round trip
             latencies[name] = {"ms": None, "error": exc.code.name}
         progress.advance(queries)
     for name, call in (("status", client.status), ("health", client.health)):
@@ -418,7 +415,7 @@ def demo(
 
     Needs the dev extra (pip install 'rlmm[dev]') for the local broker. Everything is stopped and
     removed at the end (or on Ctrl-C)."""
-    from consumers.broker import BrokerError
+    from rlmm.errors import BrokerError
 
     def interrupt(*_: object) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the cleanup short

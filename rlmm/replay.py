@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlmm.errors import KafkaStateError
 from rlmm.records.canonical import to_canonical
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.uuid import uuid_from_str, uuid_to_str
-from rlmm.state.errors import KafkaStateError
 from rlmm.state.queries import Queries
 from rlmm.state.view import View
 
@@ -150,7 +150,7 @@ def answer(queries: Queries, query: dict) -> Any:
         if op == "isReady":
             return queries.is_ready(tp)
     except KafkaStateError as exc:
-        return {"error": exc.kafka_name}
+        return {"error": exc.kafka_exception}
     raise ValueError(f"unknown query op {op!r}")
 
 

@@ -30,8 +30,9 @@ from rich.console import Console
 from rich.table import Table
 
 from rlmm.compiled import core_build
+from rlmm.errors import DecodeError
 from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, TopicIdPartition
-from rlmm.records.serde import DecodeError, decode_value, encode_value
+from rlmm.records.serde import decode_value, encode_value
 from rlmm.runtime import tune_gc
 from rlmm.state.view import View
 from rlmm.workload import Workload, WorkloadConfig

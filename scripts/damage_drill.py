@@ -23,9 +23,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import track
 
+from rlmm.errors import ViewDamaged
 from rlmm.runtime import tune_gc
 from rlmm.state import keys as K
-from rlmm.state.errors import ViewDamaged
 from rlmm.state.view import View
 from rlmm.workload import Workload, WorkloadConfig
 

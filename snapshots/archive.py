@@ -17,7 +17,8 @@ from pathlib import Path
 
 import fastavro
 
-from snapshots.format import SCHEMA_DIR, SnapshotError, _sha256
+from rlmm.errors import SnapshotError
+from snapshots.format import SCHEMA_DIR, _sha256
 from snapshots.kafka_io import end_offsets, num_partitions, read_range
 from snapshots.staging import staging_path
 

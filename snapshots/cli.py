@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from rlmm.cli_errors import Failure, view_errors
-from snapshots.format import SnapshotError
+from rlmm.errors import SnapshotError
 
 _DIR = click.Path(file_okay=False, path_type=Path)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rlmm.errors import DecodeError
 from rlmm.records.model import (
     PartitionDelete,
     RemoteLogMetadata,
@@ -14,7 +15,7 @@ from rlmm.records.model import (
     SegmentUpdate,
     TopicIdPartition,
 )
-from rlmm.records.serde import DecodeError, decode_value
+from rlmm.records.serde import decode_value
 from rlmm.state import keys as K
 from rlmm.state.export import PartitionState, partition_state, write_partition_state
 from rlmm.state.kv import MemoryKV
@@ -46,7 +47,7 @@ def route_key(value: bytes | None) -> bytes:
 def quarantined(metadata_partition: int, offset: int, value: bytes | None) -> QuarantinedRecord:
     """The quarantine entry the view makes of an undecodable record (as ``Batch.apply`` does)."""
     if value is None:
-        error = DecodeError("null record value (tombstone)", kafka_error="NullPointerException")
+        error = DecodeError("null record value (tombstone)", kafka_exception="NullPointerException")
     else:
         try:
             decode_value(value)
@@ -54,7 +55,7 @@ def quarantined(metadata_partition: int, offset: int, value: bytes | None) -> Qu
             error = exc
         else:
             raise ValueError(f"record at {metadata_partition}/{offset} decodes")
-    return QuarantinedRecord(metadata_partition, offset, str(error), error.kafka_error, error.kafka_cause, value)
+    return QuarantinedRecord(metadata_partition, offset, str(error), error.kafka_exception, error.kafka_cause, value)
 
 
 class PartitionFold:

@@ -26,6 +26,7 @@ from typing import Any
 
 import fastavro
 
+from rlmm.errors import SnapshotError
 from rlmm.records.model import PartitionDelete, PartitionDeleteState, SegmentMetadata, SegmentState, TopicIdPartition
 from rlmm.state import keys as K
 from rlmm.state.export import EpochState, PartitionState
@@ -39,10 +40,6 @@ MANIFEST = "manifest.json"
 QUARANTINE_FILE = "quarantine.avro"
 CODEC = "deflate"
 SEGMENTS_PER_FILE = 100_000  # a new partition file after about this many segments (restore reads files in parallel)
-
-
-class SnapshotError(Exception):
-    """A snapshot that cannot be used: the message says which file and why."""
 
 
 def _schema(name: str) -> dict:

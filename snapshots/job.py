@@ -345,8 +345,8 @@ def _writer(staging: str):
 def _refuse_split_partitions(keys: list[bytes]) -> None:
     """A user partition folded twice had records in two metadata partitions (Kafka's partitioner puts all
     of a partition's records in one): their order cannot be known, so no snapshot is written."""
+    from rlmm.errors import SnapshotError
     from rlmm.state import keys as K
-    from snapshots.format import SnapshotError
 
     seen: set[bytes] = set()
     for key in keys:
@@ -397,9 +397,10 @@ def build(
 ) -> dict:
     """Build a snapshot into ``out`` from the topic (``bootstrap``) or an archive, optionally on top of an
     older snapshot (``base_dir``: only records after its offsets are read). Returns the manifest."""
+    from rlmm.errors import SnapshotError
     from rlmm.state.keys import tp_identity
     from snapshots.fold import UNROUTABLE_KEY
-    from snapshots.format import SnapshotError, quarantine_from_avro, read_snapshot, state_to_avro, write_snapshot
+    from snapshots.format import quarantine_from_avro, read_snapshot, state_to_avro, write_snapshot
     from snapshots.preflight import check_build_inputs
     from snapshots.staging import staging_path
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from snapshots.format import SnapshotError, read_manifest
+from rlmm.errors import SnapshotError
+from snapshots.format import read_manifest
 
 
 def check_build_inputs(

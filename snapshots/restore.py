@@ -9,13 +9,14 @@ from pathlib import Path
 
 from rocksdict import WriteBatch
 
+from rlmm.errors import SnapshotError
 from rlmm.records.model import TopicIdPartition
 from rlmm.state import keys as K
 from rlmm.state.export import PartitionState, partition_state, partitions, write_partition_state
 from rlmm.state.kv import MemoryKV, ReadKV, scan
 from rlmm.state.rows import PartitionRow
 from rlmm.state.view import View
-from snapshots.format import Snapshot, SnapshotError, read_snapshot, write_snapshot
+from snapshots.format import Snapshot, read_snapshot, write_snapshot
 from snapshots.staging import staging_path
 
 PARALLEL_ABOVE = 50_000  # segments + partitions from which restore uses one worker process per core

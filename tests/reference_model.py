@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from sortedcontainers import SortedDict
 
+from rlmm.errors import RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.records.model import (
     PartitionDelete,
     PartitionDeleteState,
@@ -20,7 +21,6 @@ from rlmm.records.model import (
     SegmentUpdate,
     TopicIdPartition,
 )
-from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.state.machine import VALID_TRANSITIONS, epoch_end
 from rlmm.state.results import ApplyResult
 

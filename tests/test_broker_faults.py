@@ -15,11 +15,11 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from consumers.broker import free_port
-from consumers.manager import NotInitializedError, RemoteLogMetadataManager
-from consumers.topic import TopicMismatchError, ensure_topic
+from consumers.manager import RemoteLogMetadataManager
+from consumers.topic import ensure_topic
+from rlmm.errors import NotInitializedError, ReplicaNotAvailable, TopicMismatchError
 from rlmm.records import SegmentState, TopicIdPartition, encode_value, metadata_partition
 from rlmm.server.backend import Backend
-from rlmm.state.errors import ReplicaNotAvailable
 from rlmm.state.view import View
 from tests.kafka_broker import RawProducer, start_broker
 from tests.kafka_compat import load_records

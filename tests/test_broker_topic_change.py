@@ -17,11 +17,10 @@ from confluent_kafka.admin import AdminClient
 from consumers.broker import free_port
 from consumers.config import RlmmConfig
 from consumers.manager import RemoteLogMetadataManager
-from consumers.topic import TopicChangedError, ensure_topic
-from rlmm.client import UnavailableError
+from consumers.topic import ensure_topic
+from rlmm.errors import ConsumerStoppedError, TopicChangedError, UnavailableError
 from rlmm.records import SegmentState, TopicIdPartition, encode_value, metadata_partition
 from rlmm.server.backend import Backend
-from rlmm.server.errors import ConsumerStoppedError
 from rlmm.state import keys as K
 from rlmm.state.view import View, reset_view
 from tests.grpc_support import client, running_server

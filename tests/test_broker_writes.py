@@ -9,12 +9,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from consumers.config import RlmmConfig
-from consumers.manager import (
-    InvalidMetadataError,
-    NotInitializedError,
-    RemoteLogMetadataManager,
-    WriteTimeoutError,
-)
+from consumers.manager import RemoteLogMetadataManager
+from rlmm.errors import InvalidMetadataError, NotInitializedError, RemoteResourceNotFound, WriteTimeoutError
 from rlmm.records import (
     PartitionDelete,
     PartitionDeleteState,
@@ -26,7 +22,6 @@ from rlmm.records import (
     metadata_partition,
     to_canonical,
 )
-from rlmm.state.errors import RemoteResourceNotFound
 from rlmm.state.view import View
 from tests.kafka_compat import load_records
 

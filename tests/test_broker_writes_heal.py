@@ -10,7 +10,7 @@ import time
 
 import grpc
 
-from rlmm.client import RlmmError
+from rlmm.errors import CallError
 from tests.grpc_support import client, finished, kafka_config, new_tp, segment, served
 from tests.kafka_broker import broker_kind
 
@@ -34,7 +34,7 @@ def test_writes_heal_after_a_stall_longer_than_the_message_timeout(kafka, tmp_pa
             started = time.monotonic()
             try:
                 once.add_remote_log_segment_metadata(segment(tp, 10, 19))
-            except RlmmError as exc:
+            except CallError as exc:
                 assert exc.code == grpc.StatusCode.DEADLINE_EXCEEDED
             else:
                 raise AssertionError("a write during the stall succeeded")
@@ -49,7 +49,7 @@ def test_writes_heal_after_a_stall_longer_than_the_message_timeout(kafka, tmp_pa
                 once.add_remote_log_segment_metadata(segment(tp, 100 + 10 * len(codes), 109 + 10 * len(codes)))
                 codes.append("OK")
                 break
-            except RlmmError as exc:
+            except CallError as exc:
                 codes.append(exc.code.name)
                 assert (exc.code, exc.reason) == (grpc.StatusCode.UNAVAILABLE, "PRODUCER_RECOVERING"), exc
                 assert exc.retry_after_s is not None  # retriable, with the server's hint

@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 from rlmm.compiled import COMPILED_MODULES, INTERPRETED_ENV, core_build
+from rlmm.errors import DecodeError
 from rlmm.records.model import PartitionDelete, PartitionDeleteState, SegmentMetadata, SegmentState, SegmentUpdate
-from rlmm.records.serde import DecodeError, decode_value
+from rlmm.records.serde import decode_value
 from rlmm.workload import Workload, WorkloadConfig
 from tests.kafka_compat import compat_dir
 

@@ -11,10 +11,9 @@ import grpc
 import pytest
 
 from rlmm import convert
-from rlmm.client import RlmmError
+from rlmm.errors import CallError, KafkaStateError
 from rlmm.records.model import SegmentMetadata, SegmentState
 from rlmm.records.serde import decode_value, encode_value
-from rlmm.state.errors import KafkaStateError
 from rlmm.state.view import View
 from rlmm.v1 import service_pb2 as api
 from tests.grpc_support import TS, client, fill_view, new_tp, running_server, segment, stub
@@ -151,10 +150,10 @@ def test_the_client_answers_the_same_in_both_modes(served_view) -> None:
 
 def _describe(answer) -> object:
     """A segment or None as it is, an error as what it says and the Kafka exception it stands for."""
-    if isinstance(answer, RlmmError):
+    if isinstance(answer, CallError):
         return answer.message, answer.kafka_exception
     if isinstance(answer, KafkaStateError):
-        return str(answer), answer.kafka_name
+        return str(answer), answer.kafka_exception
     return answer
 
 

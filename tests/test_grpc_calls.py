@@ -13,9 +13,15 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from rlmm import convert
-from rlmm.client import NotFoundError, RefusedError, ReplicaNotAvailableError, WriteTimeoutError
+from rlmm.errors import (
+    NotFoundError,
+    RefusedError,
+    RemoteResourceNotFound,
+    ReplicaNotAvailable,
+    ReplicaNotAvailableError,
+    WriteTimeoutError,
+)
 from rlmm.records.model import PartitionDeleteState, SegmentState, SegmentUpdate
-from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.v1 import service_pb2 as api
 from tests.grpc_support import TS, client, finished, kafka_config, new_tp, partition_delete, segment, served, stub
 from tests.kafka_broker import RawProducer

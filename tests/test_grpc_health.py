@@ -12,7 +12,8 @@ from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from rlmm.client import RlmmClient, UnavailableError
+from rlmm.client import RlmmClient
+from rlmm.errors import UnavailableError
 from rlmm.records.partitioner import metadata_partition
 from rlmm.server.servicer import SERVICE_NAME
 from rlmm.state.view import View

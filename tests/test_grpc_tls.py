@@ -8,7 +8,8 @@ import grpc
 import pytest
 import trustme
 
-from rlmm.client import AccessDeniedError, RefusedError, RlmmClient, UnavailableError
+from rlmm.client import RlmmClient
+from rlmm.errors import AccessDeniedError, RefusedError, UnavailableError
 from rlmm.state.view import View
 from tests.grpc_support import fill_view, finished, new_tp, running_server, segment, served
 

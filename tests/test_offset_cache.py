@@ -9,12 +9,12 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from rlmm.errors import KafkaStateError
 from rlmm.records.model import SegmentState, SegmentUpdate
 from rlmm.records.serde import encode_value
 from rlmm.state import keys as K
 from rlmm.state import offset_cache
 from rlmm.state import view as view_module
-from rlmm.state.errors import KafkaStateError
 from rlmm.state.offset_cache import EPOCH_WEIGHT
 from rlmm.state.queries import Queries
 from rlmm.state.view import View
@@ -42,7 +42,7 @@ def batch(view: View, asked: list[tuple[int, int, int]]) -> list:
     queries = view.queries
     indexes, epochs, offsets = ([lookup[i] for lookup in asked] for i in range(3))
     return [
-        a if a is None or isinstance(a, bytes) else a.kafka_name
+        a if a is None or isinstance(a, bytes) else a.kafka_exception
         for a in queries.segment_values(queries.lookup_partitions([TP]), indexes, epochs, offsets)
     ]
 
@@ -55,7 +55,7 @@ def single(view: View, asked: list[tuple[int, int, int]], *, cached: bool = Fals
         try:
             found = queries.remote_log_segment_metadata(TP, epoch, offset)
         except KafkaStateError as exc:
-            answers.append(exc.kafka_name)
+            answers.append(exc.kafka_exception)
         else:
             answers.append(None if found is None else encode_value(found))
     return answers

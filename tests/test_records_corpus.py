@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from rlmm.errors import DecodeError
 from rlmm.records import (
-    DecodeError,
     PartitionDelete,
     SegmentMetadata,
     SegmentSnapshot,
@@ -35,7 +35,7 @@ def _decoded(case: dict[str, Any]) -> Any:
 
 
 def _kafka_error(error: DecodeError) -> dict[str, str]:
-    out = {"error": error.kafka_error}
+    out = {"error": error.kafka_exception}
     if error.kafka_cause is not None:
         out["cause"] = error.kafka_cause
     return out
@@ -264,7 +264,7 @@ def test_refused_like_kafka(name: str) -> None:
     data, error, cause = REFUSED[name]
     with pytest.raises(DecodeError) as caught:
         decode_value(data)
-    assert (caught.value.kafka_error, caught.value.kafka_cause) == (error, cause), str(caught.value)
+    assert (caught.value.kafka_exception, caught.value.kafka_cause) == (error, cause), str(caught.value)
     assert isinstance(caught.value, ValueError)
 
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rlmm.errors import DecodeError
 from rlmm.records import (
-    DecodeError,
     PartitionDelete,
     PartitionDeleteState,
     RemoteLogMetadata,
@@ -71,7 +71,7 @@ def check_decode(data: bytes) -> None:
     try:
         record = decode_value(data)
     except DecodeError as error:
-        assert error.kafka_cause in KAFKA_ERRORS[error.kafka_error], str(error)
+        assert error.kafka_cause in KAFKA_ERRORS[error.kafka_exception], str(error)
         _check_fast_path(data, None)
         return
     again = decode_value(encode_value(record))

@@ -14,8 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from rlmm.cli import main
+from rlmm.errors import SnapshotError
 from rlmm.state.view import View
-from snapshots.format import FORMAT_VERSION, MANIFEST, SnapshotError, _manifest_checksum, read_snapshot
+from snapshots.format import FORMAT_VERSION, MANIFEST, _manifest_checksum, read_snapshot
 from snapshots.restore import export, restore, verify
 from tests.snapshot_support import (
     SCENARIOS,

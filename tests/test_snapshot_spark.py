@@ -302,9 +302,9 @@ def test_cli_build_refuses_a_conf_that_is_not_key_value(tmp_path):
 def test_a_partition_with_records_in_two_metadata_partitions_is_refused(spark, tmp_path):
     """Kafka's partitioner puts all of a user partition's records in one metadata partition; a topic that
     does otherwise cannot say in which order they apply, and the build says so instead of guessing."""
+    from rlmm.errors import SnapshotError
     from rlmm.records.model import SegmentMetadata
     from rlmm.records.serde import decode_value
-    from snapshots.format import SnapshotError
 
     events, _ = workload_events(600, seed=41, metadata_partitions=3)
     mp, _, value = next(e for e in events if isinstance(decode_value(e[2]), SegmentMetadata))

@@ -15,6 +15,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rlmm.errors import KafkaStateError
 from rlmm.records.model import (
     PartitionDelete,
     PartitionDeleteState,
@@ -24,7 +25,6 @@ from rlmm.records.model import (
     TopicIdPartition,
 )
 from rlmm.records.serde import encode_value
-from rlmm.state.errors import KafkaStateError
 from rlmm.state.probe import probe_partition
 from rlmm.state.queries import Queries
 from rlmm.state.view import View
@@ -192,7 +192,7 @@ def batch_answers(queries: Queries) -> list:
     """Lookups of both partitions in one batch (from the offset cache, which lives across batches)."""
     indexes, epochs, offsets = ([lookup[i] for lookup in BATCH_LOOKUPS] for i in range(3))
     answers = queries.segment_values(queries.lookup_partitions([ASSIGNED, OTHER]), indexes, epochs, offsets)
-    return [a if a is None or isinstance(a, bytes) else a.kafka_name for a in answers]
+    return [a if a is None or isinstance(a, bytes) else a.kafka_exception for a in answers]
 
 
 def single_answers(queries: Queries) -> list:
@@ -201,7 +201,7 @@ def single_answers(queries: Queries) -> list:
         try:
             found = queries.remote_log_segment_metadata((ASSIGNED, OTHER)[p], epoch, offset)
         except KafkaStateError as exc:
-            answers.append(exc.kafka_name)
+            answers.append(exc.kafka_exception)
         else:
             answers.append(None if found is None else encode_value(found))
     return answers

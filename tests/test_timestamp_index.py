@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from rlmm.errors import KafkaStateError
 from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, TopicIdPartition
-from rlmm.state.errors import KafkaStateError
 from rlmm.state.kv import MemoryKV
 from rlmm.state.machine import StateMachine
 from rlmm.state.queries import Queries
@@ -42,7 +42,7 @@ def answer(call, *args):
     try:
         return call(*args)
     except KafkaStateError as exc:
-        return exc.kafka_name
+        return exc.kafka_exception
 
 
 @settings(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from rlmm.errors import ReplicaNotAvailable, ViewNotFound
 from rlmm.records import TopicIdPartition
-from rlmm.state.errors import ReplicaNotAvailable, ViewNotFound
 from rlmm.state.view import View
 
 TP = TopicIdPartition(bytes(16), "t", 0)

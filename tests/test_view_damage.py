@@ -18,10 +18,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rlmm.client import RlmmClient, RlmmError
+from rlmm.client import RlmmClient
+from rlmm.errors import CallError, ViewDamaged
 from rlmm.records.model import TopicIdPartition
 from rlmm.state import keys as K
-from rlmm.state.errors import ViewDamaged
 from rlmm.state.kv import StagedKV
 from rlmm.state.rocks import RocksKV
 from rlmm.state.view import View
@@ -216,7 +216,7 @@ def test_the_server_stops_serving_a_damaged_view(views, tmp_path) -> None:
             for lookup in lookups(clean, tps):
                 try:
                     answer = client.remote_log_segment_metadata(*lookup)
-                except RlmmError as exc:
+                except CallError as exc:
                     codes.append(exc.code)
                     break
                 assert answer == clean.queries.remote_log_segment_metadata(*lookup)
@@ -225,7 +225,7 @@ def test_the_server_stops_serving_a_damaged_view(views, tmp_path) -> None:
             while client.health() != "NOT_SERVING" and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert client.health() == "NOT_SERVING"
-            with pytest.raises(RlmmError) as refused:
+            with pytest.raises(CallError) as refused:
                 client.is_ready(tps[0])
             assert refused.value.code == grpc.StatusCode.DATA_LOSS and refused.value.reason == "VIEW_DAMAGED"
             assert "rlmm serve --reset" in refused.value.message

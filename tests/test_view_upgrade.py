@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from rlmm.errors import ViewSchemaMismatch
 from rlmm.state import keys as K
-from rlmm.state.errors import ViewSchemaMismatch
 from rlmm.state.rocks import RocksKV
 from rlmm.state.view import SCHEMA_VERSION, View
 from tests.snapshot_support import live_view, view_answers, view_rows, workload_events

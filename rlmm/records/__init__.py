@@ -1,5 +1,6 @@
 """Records of Kafka's ``__remote_log_metadata`` topic: domain model, wire format, canonical form."""
 
+from rlmm.errors import DecodeError
 from rlmm.records.canonical import from_canonical, to_canonical
 from rlmm.records.model import (
     LeaderEpochs,
@@ -14,7 +15,7 @@ from rlmm.records.model import (
     UnknownTags,
 )
 from rlmm.records.partitioner import metadata_partition
-from rlmm.records.serde import API_KEYS, DecodeError, decode_value, encode_value
+from rlmm.records.serde import API_KEYS, decode_value, encode_value
 from rlmm.records.uuid import uuid_from_str, uuid_to_str
 
 __all__ = [

@@ -12,6 +12,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from rlmm.errors import DecodeError, WireError
 from rlmm.records import wire
 from rlmm.records.model import (
     LeaderEpochs,
@@ -39,7 +40,6 @@ from rlmm.records.wire import (
     SNAPSHOT_RUN_B,
     UUID_B,
     UUID_I32_B,
-    WireError,
     compact_nullable_bytes,
     compact_string,
     read_array,
@@ -62,29 +62,8 @@ _SEGMENT_STATES: Final = tuple(SegmentState)
 _DELETE_STATES: Final = tuple(PartitionDeleteState)
 
 
-class DecodeError(ValueError):
-    """Bytes that Kafka's ``RemoteLogMetadataSerde.deserialize`` refuses.
-
-    ``kafka_error`` / ``kafka_cause`` are the simple class names of the exception Kafka throws and of
-    its cause (``None`` when it has none); ``position`` is the byte offset of the failing read, if any.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        kafka_error: str,
-        kafka_cause: str | None = None,
-        position: int | None = None,
-    ) -> None:
-        kafka = kafka_error if kafka_cause is None else f"{kafka_error} caused by {kafka_cause}"
-        super().__init__(f"{message} [Kafka: {kafka}]")
-        self.kafka_error = kafka_error
-        self.kafka_cause = kafka_cause
-        self.position = position
-
-
 def _parse_error(error: WireError) -> DecodeError:
-    return DecodeError(f"malformed record: {error}", _PARSE, error.java_class, error.position)
+    return DecodeError(f"malformed record: {error}", _PARSE, error.kafka_exception, error.position)
 
 
 def _check_end(data: bytes, p: int) -> None:
@@ -403,7 +382,7 @@ def _header_short(data: bytes, p: int, what: str) -> tuple[int, int]:
     try:
         value, end = wire.read_uvarint(data, p, what)
     except WireError as error:
-        raise DecodeError(f"cannot read {what}: {error}", _PARSE, error.java_class, p) from None
+        raise DecodeError(f"cannot read {what}: {error}", _PARSE, error.kafka_exception, p) from None
     if value > 0x7FFF:
         raise DecodeError(f"{what} {value} is too large (at byte {p})", _PARSE, None, p)
     return ((value + 0x8000) & 0xFFFF) - 0x8000, end

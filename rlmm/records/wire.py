@@ -11,6 +11,8 @@ import struct
 from collections.abc import Iterable
 from typing import Final
 
+from rlmm.errors import WireError
+
 JAVA_INT_MIN: Final = -(1 << 31)
 JAVA_INT_MAX: Final = (1 << 31) - 1
 MAX_STRING_LENGTH: Final = 0x7FFF
@@ -34,15 +36,6 @@ I8: Final = struct.Struct(">b")
 SEGMENT_RUN: Final = struct.Struct(">qqiqq")
 I32_I64: Final = struct.Struct(">iq")  # leader epoch entry; broker id + event ts
 I32_I64_I8: Final = struct.Struct(">iqb")
-
-
-class WireError(Exception):
-    """A read failed; ``java_class`` is the simple name of the exception Kafka's reader throws."""
-
-    def __init__(self, java_class: str, message: str, position: int) -> None:
-        super().__init__(f"{message} (at byte {position})")
-        self.java_class = java_class
-        self.position = position
 
 
 def underflow(what: str, position: int) -> WireError:

@@ -14,6 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from consumers.manager import RemoteLogMetadataManager
+from rlmm.errors import ServeError
 from rlmm.server.auth import WriteAuthorization
 from rlmm.server.backend import Backend
 from rlmm.server.metrics import Metrics
@@ -27,10 +28,6 @@ log = logging.getLogger(__name__)
 HEALTH_POLL_S = 0.2
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-class ServeError(RuntimeError):
-    """The server cannot start for a reason the operator can fix (an address in use, a missing file)."""
 
 
 def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:

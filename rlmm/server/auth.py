@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import grpc
 
-from rlmm.server.errors import AccessDenied
+from rlmm.errors import AccessDenied
 
 _BEARER = "bearer "
 
@@ -36,19 +36,17 @@ class WriteAuthorization:
         if token is not None:
             if token[: len(_BEARER)].lower() == _BEARER and self._known_token(token[len(_BEARER) :].strip()):
                 return
-            raise AccessDenied(grpc.StatusCode.PERMISSION_DENIED, "the bearer token is not one allowed to write")
+            raise AccessDenied("the bearer token is not one allowed to write")
         auth = context.auth_context()
         names = [v.decode(errors="replace") for key in ("x509_subject", "x509_common_name") for v in auth.get(key, ())]
         if any(name in self.subjects for name in names):
             return
         if names:
-            raise AccessDenied(
-                grpc.StatusCode.PERMISSION_DENIED, f"client certificate {names[0]!r} is not allowed to write"
-            )
+            raise AccessDenied(f"client certificate {names[0]!r} is not allowed to write")
         raise AccessDenied(
-            grpc.StatusCode.UNAUTHENTICATED,
             "writes need a listed client certificate (mutual TLS) or a bearer token "
             "('authorization: Bearer TOKEN' metadata)",
+            unauthenticated=True,
         )
 
     def _known_token(self, token: str) -> bool:

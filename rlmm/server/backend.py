@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from consumers.manager import RemoteLogMetadataManager
-from rlmm.server.errors import ConsumerStoppedError, NoKafkaError
+from rlmm.errors import ConsumerStoppedError, NoKafkaError, ViewDamaged, ViewError
 from rlmm.state import keys as K
-from rlmm.state.errors import ViewDamaged, ViewError
 from rlmm.state.queries import Queries
 from rlmm.state.rows import PartitionRow
 from rlmm.state.view import View

@@ -52,8 +52,9 @@ def serve(config_file: Path | None, kafka: tuple[str, ...], reset: bool, **flags
     Prints one JSON line {"event": "serving", "port": ..., "metrics_port": ..., "pid": ...} once serving.
     SIGTERM/SIGINT: health turns NOT_SERVING, calls in flight finish (within the grace period), the
     consumer stops, the view is flushed and closed."""
+    from rlmm.errors import ServeError
     from rlmm.logs import setup_logging
-    from rlmm.server.app import ServeError, run
+    from rlmm.server.app import run
 
     config = settings_from_command_line(config_file, kafka, **flags)
     if reset and config.rlmm_config() is None:
@@ -132,11 +133,11 @@ PARTITION = click.argument("partition", callback=_partition)
 
 
 def _answer(call: Callable[[], object]) -> None:
-    from rlmm.client import RlmmError
+    from rlmm.errors import CallError
 
     try:
         result = call()
-    except RlmmError as exc:
+    except CallError as exc:
         click.echo(
             json.dumps(
                 {

@@ -14,35 +14,26 @@ from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from consumers.manager import (
+from rlmm.errors import (
+    AccessDenied,
+    ArgumentError,
+    ConsumerStoppedError,
     InvalidMetadataError,
+    NoKafkaError,
     NotInitializedError,
+    ProducerRecoveringError,
+    RemoteResourceNotFound,
+    ReplicaNotAvailable,
+    RlmmError,
     ServiceStoppedError,
+    TopicChangedError,
+    ViewDamaged,
+    ViewStorageFailed,
     WriteFailedError,
     WriteTimeoutError,
 )
-from consumers.producer import ProducerRecoveringError
-from consumers.topic import TopicChangedError
-from rlmm.convert import ArgumentError
-from rlmm.state.errors import RemoteResourceNotFound, ReplicaNotAvailable, ViewDamaged, ViewStorageFailed
 
 DOMAIN = "rlmm.v1"
-
-
-class NoKafkaError(RuntimeError):
-    """A write or registration sent to a server that serves a view without Kafka."""
-
-
-class ConsumerStoppedError(RuntimeError):
-    """A read sent to a server whose consumer stopped for good: its view no longer follows the topic."""
-
-
-class AccessDenied(Exception):
-    """A write or registration by a caller that write authorization does not list."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +58,7 @@ class Failure:
 
 
 # exception type -> (code, reason, retryable)
-_KNOWN: tuple[tuple[type[BaseException], grpc.StatusCode, str, bool], ...] = (
+_KNOWN: tuple[tuple[type[RlmmError], grpc.StatusCode, str, bool], ...] = (
     (ArgumentError, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", False),
     (RemoteResourceNotFound, grpc.StatusCode.NOT_FOUND, "REMOTE_RESOURCE_NOT_FOUND", False),
     (ReplicaNotAvailable, grpc.StatusCode.UNAVAILABLE, "REPLICA_NOT_AVAILABLE", True),
@@ -88,15 +79,14 @@ _KNOWN: tuple[tuple[type[BaseException], grpc.StatusCode, str, bool], ...] = (
 def failure_of(exc: BaseException, retry_after_s: float) -> Failure | None:
     """The status for an expected exception; None for anything else (a bug: INTERNAL)."""
     if isinstance(exc, AccessDenied):
-        return Failure(exc.code, exc.code.name, str(exc))
+        code = grpc.StatusCode.UNAUTHENTICATED if exc.unauthenticated else grpc.StatusCode.PERMISSION_DENIED
+        return Failure(code, code.name, str(exc))
     for kind, code, reason, retryable in _KNOWN:
         if isinstance(exc, kind):
             message = str(exc)
             if retryable:
                 message += f" (retry in {retry_after_s:g} s or later)"
-            return Failure(
-                code, reason, message, getattr(exc, "kafka_name", None), retry_after_s if retryable else None
-            )
+            return Failure(code, reason, message, exc.kafka_exception, retry_after_s if retryable else None)
     return None
 
 

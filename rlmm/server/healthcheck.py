@@ -50,7 +50,8 @@ def health(
 ) -> None:
     """Check a running rlmm server's grpc.health.v1 status: print SERVING, NOT_SERVING or UNREACHABLE (CODE);
     exit 0 if SERVING, else 1. Plaintext unless --ca is given."""
-    from rlmm.client import RlmmClient, RlmmError
+    from rlmm.client import RlmmClient
+    from rlmm.errors import CallError
 
     if (cert is None) != (key is None):
         raise click.UsageError("give --cert and --key together")
@@ -59,7 +60,7 @@ def health(
     try:
         with RlmmClient.from_files(target, ca=ca, cert=cert, key=key, timeout=timeout, retry_for=0) as client:
             status = client.health(service)
-    except RlmmError as exc:
+    except CallError as exc:
         status = f"UNREACHABLE ({exc.code.name})"
     click.echo(json.dumps({"address": target, "service": service, "status": status}) if as_json else status)
     if status.startswith("UNREACHABLE"):

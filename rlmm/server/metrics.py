@@ -18,7 +18,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from consumers.topic import TopicChangedError
+from rlmm.errors import TopicChangedError
 from rlmm.server.backend import Backend
 
 # sub-millisecond resolution: a unary call takes a fraction of a millisecond here

@@ -16,7 +16,8 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
 from rlmm import convert
-from rlmm.convert import ArgumentError, not_negative, partition_of, required
+from rlmm.convert import not_negative, partition_of, required
+from rlmm.errors import ArgumentError, KafkaStateError, RemoteResourceNotFound
 from rlmm.records.model import SegmentMetadata, TopicIdPartition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.records.uuid import uuid_to_str
@@ -24,7 +25,6 @@ from rlmm.server.auth import WriteAuthorization
 from rlmm.server.backend import Backend
 from rlmm.server.errors import failure_of, internal
 from rlmm.server.metrics import Metrics
-from rlmm.state.errors import KafkaStateError, RemoteResourceNotFound
 from rlmm.v1 import service_pb2 as api
 from rlmm.v1 import service_pb2_grpc
 
@@ -392,7 +392,7 @@ def _not_negative_column(*columns) -> None:
 
 def _set_error(error: api.LookupError, exc: KafkaStateError) -> None:
     error.code = _NOT_FOUND if isinstance(exc, RemoteResourceNotFound) else _UNAVAILABLE
-    error.message, error.kafka_exception = str(exc), exc.kafka_name
+    error.message, error.kafka_exception = str(exc), exc.kafka_exception
 
 
 def _with_segment(response, segment: SegmentMetadata | None):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlmm.errors import StateError
 from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentState, TopicIdPartition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.state import keys as K
@@ -42,10 +43,6 @@ class PartitionState:
 
     def segment_count(self) -> int:
         return len(self.segments)
-
-
-class StateError(ValueError):
-    """A logical state the state machine can never produce (a snapshot is inconsistent)."""
 
 
 def partition_state(kv: ReadKV, tp: TopicIdPartition) -> PartitionState | None:

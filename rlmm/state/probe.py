@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlmm.errors import KafkaStateError
 from rlmm.records.canonical import to_canonical
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.uuid import uuid_to_str
-from rlmm.state.errors import KafkaStateError
 from rlmm.state.queries import Queries
 
 
@@ -15,7 +15,7 @@ def _ask(call, *args) -> Any:
     try:
         result = call(*args)
     except KafkaStateError as exc:
-        return {"error": exc.kafka_name}
+        return {"error": exc.kafka_exception}
     if result is None or isinstance(result, (int, bool)):
         return result
     if isinstance(result, list):
@@ -30,7 +30,7 @@ def probe_partition(queries: Queries, tp: TopicIdPartition) -> dict[str, Any]:
     try:
         segments = sorted(queries.list_remote_log_segments(tp), key=lambda s: (s.start_offset, s.segment_id))
     except KafkaStateError as exc:
-        answers["segments"] = {"error": exc.kafka_name}
+        answers["segments"] = {"error": exc.kafka_exception}
         return answers
     answers["segments"] = [to_canonical(s) for s in segments]
     answers["size"] = _ask(queries.remote_log_size, tp)

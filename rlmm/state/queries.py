@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
+from rlmm.errors import KafkaStateError, RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.records.model import SegmentMetadata, TopicIdPartition
 from rlmm.records.uuid import uuid_to_str
 from rlmm.state import keys as K
 from rlmm.state import timestamp_index
-from rlmm.state.errors import KafkaStateError, RemoteResourceNotFound, ReplicaNotAvailable
 from rlmm.state.kv import Item, ReadKV, last, scan
 from rlmm.state.machine import decode_segment, load_segment, ref_entry
 from rlmm.state.offset_cache import OffsetCache

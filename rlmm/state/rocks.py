@@ -19,8 +19,8 @@ from rocksdict import (
     WriteOptions,
 )
 
+from rlmm.errors import ViewDamaged, ViewInUse, ViewSchemaMismatch, ViewStorageFailed
 from rlmm.state import keys as K
-from rlmm.state.errors import ViewDamaged, ViewInUse, ViewSchemaMismatch, ViewStorageFailed
 from rlmm.state.kv import Item, StagedKV
 
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from rlmm.errors import DecodeError, ViewDamaged, ViewNotFound, ViewSchemaMismatch
 from rlmm.records.model import TopicIdPartition
-from rlmm.records.serde import DecodeError, decode_value
+from rlmm.records.serde import decode_value
 from rlmm.state import keys as K
 from rlmm.state.cache import CachedReadKV
-from rlmm.state.errors import ViewDamaged, ViewNotFound, ViewSchemaMismatch
 from rlmm.state.kv import StagedKV, scan
 from rlmm.state.machine import StateMachine
 from rlmm.state.maxtree import Page
@@ -94,7 +94,7 @@ class Batch:
         """Decode, route and apply one consumed record; undecodable ones go to the quarantine."""
         self.machine.record_consumed(metadata_partition, offset)
         if value is None:
-            error = DecodeError("null record value (tombstone)", kafka_error="NullPointerException")
+            error = DecodeError("null record value (tombstone)", kafka_exception="NullPointerException")
         else:
             try:
                 record = decode_value(value)
@@ -104,12 +104,14 @@ class Batch:
                 result = self.machine.handle(record, offset)
                 self.counts[result.counter] += 1
                 return result
-        entry = QuarantinedRecord(metadata_partition, offset, str(error), error.kafka_error, error.kafka_cause, value)
+        entry = QuarantinedRecord(
+            metadata_partition, offset, str(error), error.kafka_exception, error.kafka_cause, value
+        )
         key = K.quarantine_key(metadata_partition, offset)
         if self.stage.get(K.QUARANTINE, key) is None:  # a record read again (a consumer's rewind) counts once
             self.counts["quarantined"] += 1
         self.stage.put(K.QUARANTINE, key, entry.pack())
-        return ApplyResult("error", stage="deserialize", error=error.kafka_error, cause=error.kafka_cause)
+        return ApplyResult("error", stage="deserialize", error=error.kafka_exception, cause=error.kafka_cause)
 
     def assign(self, tp: TopicIdPartition) -> None:
         self.machine.assign(tp)
