@@ -18,7 +18,8 @@
   connection to the broker broke; a record below the position the consumer expects, or an end offset
   that stays below it, means the offsets went backwards. Any of these stops the consumer with a
   ``TopicChangedError`` before the batch that showed it is applied: a view never mixes two histories.
-* Registration changes, holds and the Kafka client are handled by the consumer's own thread only.
+* Registration changes, holds and the Kafka client are handled by the consumer's own thread only. The
+  consumer is given its Kafka clients (``consumers/clients.py``: a factory, as a restart builds new ones).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
+from consumers.clients import KafkaClients
 from consumers.config import RlmmConfig
 from consumers.ratelog import RateLimitedLog
 from consumers.topic import describe_topic, ensure_topic
@@ -96,11 +98,17 @@ class Progress:
 
 class MetadataConsumer:
     def __init__(
-        self, view: View, config: RlmmConfig, watcher: OffsetWatcher, partitions: Iterable[TopicIdPartition] = ()
+        self,
+        view: View,
+        config: RlmmConfig,
+        watcher: OffsetWatcher,
+        clients: KafkaClients,
+        partitions: Iterable[TopicIdPartition] = (),
     ) -> None:
         self.view = view
         self.config = config
         self.watcher = watcher
+        self.clients = clients
         self.failure: BaseException | None = None
         self.records_applied = 0  # records applied (committed) by this process
         self.initial_positions: dict[int, int] = {}  # next offset per metadata partition when this process started
@@ -260,9 +268,7 @@ class MetadataConsumer:
                 self._ready_changed.notify_all()
 
     def _consume(self) -> None:
-        self._client = Consumer(
-            {**self.config.consumer_config(), "error_cb": self._on_error, "stats_cb": self._on_stats}
-        )
+        self._client = self.clients.consumer(self._on_error, self._on_stats)
         try:
             self._reassign()
             self._initialized.set()
@@ -300,7 +306,7 @@ class MetadataConsumer:
     def _initialize(self) -> bool:
         """Ensure the metadata topic, retrying with backoff while the broker cannot be reached; a topic
         that cannot be used (``TopicMismatchError``) is fatal. False when stopped meanwhile."""
-        admin = self._admin = AdminClient({**self.config.admin_config(), "error_cb": self._on_error})
+        admin = self._admin = self.clients.admin(self._on_error)
         started = time.monotonic()
         self._unreachable = started, "no answer yet"
 

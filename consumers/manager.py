@@ -10,6 +10,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from confluent_kafka import KafkaError, KafkaException
 
+from consumers.clients import ConfluentClients
 from consumers.config import RlmmConfig
 from consumers.consumer import MetadataConsumer
 from consumers.producer import MetadataProducer
@@ -43,7 +44,7 @@ class RemoteLogMetadataManager:
         self.view = view
         self.config = config
         self.watcher = OffsetWatcher()
-        self.consumer = MetadataConsumer(view, config, self.watcher, partitions)
+        self.consumer = MetadataConsumer(view, config, self.watcher, ConfluentClients(config), partitions)
         self._producer: MetadataProducer | None = None
 
     @property

@@ -1,0 +1,33 @@
+"""The Kafka clients the metadata consumer is given. It asks for new ones each time it starts consuming (again,
+after the view refused a write), so it takes a factory, not a client; ``ConfluentClients`` builds the real
+confluent-kafka ones from the service's configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka.admin import AdminClient
+
+from consumers.config import RlmmConfig
+
+OnError = Callable[[KafkaError], None]
+OnStats = Callable[[str], None]  # librdkafka's statistics, JSON
+
+
+class KafkaClients(Protocol):
+    def consumer(self, on_error: OnError, on_stats: OnStats) -> Consumer: ...
+
+    def admin(self, on_error: OnError) -> AdminClient: ...
+
+
+class ConfluentClients:
+    def __init__(self, config: RlmmConfig) -> None:
+        self.config = config
+
+    def consumer(self, on_error: OnError, on_stats: OnStats) -> Consumer:
+        return Consumer({**self.config.consumer_config(), "error_cb": on_error, "stats_cb": on_stats})
+
+    def admin(self, on_error: OnError) -> AdminClient:
+        return AdminClient({**self.config.admin_config(), "error_cb": on_error})
