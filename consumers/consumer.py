@@ -20,6 +20,7 @@
   ``TopicChangedError`` before the batch that showed it is applied: a view never mixes two histories.
 * Registration changes, holds and the Kafka client are handled by the consumer's own thread only. The
   consumer is given its Kafka clients (``consumers/clients.py``: a factory, as a restart builds new ones).
+  Records the state machine refuses are logged, rate-limited, by ``consumers/refusals.py``.
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 from consumers.clients import KafkaClients
 from consumers.config import RlmmConfig
 from consumers.ratelog import RateLimitedLog
+from consumers.refusals import RefusalLog
 from consumers.topic import describe_topic, ensure_topic
 from consumers.watcher import OffsetWatcher
 from rlmm.errors import TopicChangedError, ViewDamaged, ViewError, ViewStorageFailed
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.partitioner import metadata_partition
-from rlmm.state.results import ApplyResult
 from rlmm.state.view import Batch, View
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ class MetadataConsumer:
         self._broker: tuple[int, float | None] = (0, None)  # brokers up, ms since the last response
         self._admin: AdminClient | None = None
         self._limits: dict[int, int] = {}
-        self._refusals = RateLimitedLog(log)
+        self._refusals = RefusalLog(log)
         self._client_errors = RateLimitedLog(log)
         self._unreachable: tuple[float, str] | None = None  # since when no broker answers, the last error
         self.topic_changes: Counter[str] = Counter()  # changes of the topic detected, by kind
@@ -592,20 +593,13 @@ class MetadataConsumer:
                 if limits and mp in limits and offset >= limits[mp]:
                     held.setdefault(mp, offset)
                     continue
-                result = apply(mp, offset, message.value())
+                value = message.value()
+                result = apply(mp, offset, value)
                 if result.status == "error":
                     self._read_before_failures.setdefault(mp, positions.get(mp) or BEGINNING)
                 else:
                     self._read_before_failures.pop(mp, None)
-                if result.status in ("error", "ignored"):
-                    self._refusals.log(
-                        logging.WARNING,
-                        result.counter,
-                        "metadata partition %d, offset %d: record not applied (%s)",
-                        mp,
-                        offset,
-                        _why(result),
-                    )
+                self._refusals.log(mp, offset, value, result)
                 positions[mp] = applied[mp] = offset + 1
                 count += 1
             seen.update(applied)
@@ -693,22 +687,6 @@ class MetadataConsumer:
                     if error is not None:
                         log.info("partition %s cannot be marked ready (%s): its metadata was removed", tp, error)
         return changed
-
-
-def _why(result: ApplyResult) -> str:
-    """What a refused record got, in Kafka's terms."""
-    if result.status == "ignored":
-        return {
-            "unknown_segment": "an update of a segment the partition does not hold; Kafka drops it",
-            "invalid_transition": "a segment state change Kafka's state machine refuses; Kafka drops it",
-        }.get(result.reason or "", result.counter)
-    where = {
-        "deserialize": "does not decode; kept in the quarantine",
-        "route": "names no user partition",
-        "handle": "the partition's store refused it",
-    }.get(result.stage or "", result.stage or "")
-    cause = f", caused by {result.cause}" if result.cause else ""
-    return f"{where}: Kafka throws {result.error}{cause}"
 
 
 def _reread_key(mp: int) -> bytes:

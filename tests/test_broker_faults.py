@@ -18,7 +18,7 @@ from consumers.broker import free_port
 from consumers.manager import RemoteLogMetadataManager
 from consumers.topic import ensure_topic
 from rlmm.errors import NotInitializedError, ReplicaNotAvailable, TopicMismatchError
-from rlmm.records import SegmentState, TopicIdPartition, encode_value, metadata_partition
+from rlmm.records import SegmentState, TopicIdPartition, encode_value, metadata_partition, uuid_to_str
 from rlmm.server.backend import Backend
 from rlmm.state.view import View
 from tests.kafka_broker import RawProducer, start_broker
@@ -128,6 +128,24 @@ def test_refused_records_are_logged_once_per_kind_and_interval(rlmm_config, tmp_
         "offset 42: record not applied (does not decode; kept in the quarantine: Kafka throws "
         "MetadataParseException" in refused[2]
     )
+
+
+def test_a_refused_record_is_logged_with_its_partition_and_segment(rlmm_config, tmp_path, caplog) -> None:
+    config = rlmm_config(num_partitions=1)
+    seg = segment(TP, 0, 9)
+    caplog.set_level(logging.WARNING, logger="consumers.consumer")
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        RawProducer(config.bootstrap_servers, config.topic).produce(
+            [(0, encode_value(seg)), (0, encode_value(update(seg, SegmentState.COPY_SEGMENT_STARTED)))]
+        )
+        rlmm.wait_applied(0, 1, timeout=30)
+    refused = [r.getMessage() for r in caplog.records if "record not applied" in r.getMessage()]
+    assert refused == [
+        "metadata partition 0, offset 1: record not applied (the partition's store refused it: Kafka throws "
+        f"IllegalArgumentException): RemoteLogSegmentMetadataUpdate COPY_SEGMENT_STARTED of segment "
+        f"{uuid_to_str(seg.segment_id)} of partition {uuid_to_str(TP.topic_id)}:orders-3"
+    ]
 
 
 def test_bad_records_are_quarantined_and_consumption_goes_on(rlmm_config, tmp_path) -> None:
