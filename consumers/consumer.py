@@ -20,7 +20,9 @@
   ``TopicChangedError`` before the batch that showed it is applied: a view never mixes two histories.
 * Registration changes, holds and the Kafka client are handled by the consumer's own thread only. The
   consumer is given its Kafka clients (``consumers/clients.py``: a factory, as a restart builds new ones).
-  Records the state machine refuses are logged, rate-limited, by ``consumers/refusals.py``.
+  Its bookkeeping per metadata partition (registrations, positions, end offsets, holds, readiness) is a
+  ``ConsumerLedger`` (``consumers/ledger.py``, pure). Records the state machine refuses are logged,
+  rate-limited, by ``consumers/refusals.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -42,21 +43,17 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 
 from consumers.clients import KafkaClients
 from consumers.config import RlmmConfig
+from consumers.ledger import BEGINNING, ConsumerLedger, FetchRead, Progress
 from consumers.ratelog import RateLimitedLog
 from consumers.refusals import RefusalLog
 from consumers.topic import describe_topic, ensure_topic
 from consumers.watcher import OffsetWatcher
 from rlmm.errors import TopicChangedError, ViewDamaged, ViewError, ViewStorageFailed
 from rlmm.records.model import TopicIdPartition
-from rlmm.records.partitioner import metadata_partition
 from rlmm.state.view import Batch, View
 
 log = logging.getLogger(__name__)
 
-# Where a reading from the beginning starts. Not the logical OFFSET_BEGINNING: offset 0 is the same once
-# auto.offset.reset=earliest moves it to the log start (when retention removed it), and it spares a
-# ListOffsets round trip, which Tansu answers only after ~0.5 s.
-BEGINNING = 0
 _REREAD = b"reread:"  # consumer state key prefix: metadata partition -> offset its reading again must pass
 _TOPIC_ID = b"topic_id"  # consumer state key: the id of the topic the view was built from
 _U32 = struct.Struct(">I")
@@ -71,8 +68,6 @@ MAX_STORAGE_RETRY_S = 30.0
 UNREACHABLE_AFTER_S = 2.0  # how long no broker may answer before the status says so
 TOPIC_CHECK_S = 5.0  # how often the topic's id and partition count are checked while consuming
 TOPIC_CHECK_TIMEOUT_S = 2.0
-BEHIND_GRACE_S = 5.0  # how long an end offset may stay below the consumer's position (a new leader's high
-# watermark can lag for a moment on Kafka) before the offsets count as gone backwards
 _EOF = KafkaError._PARTITION_EOF
 # errors after which nothing is applied before the topic is checked again (the broker may have lost it)
 _CONNECTION_ERRORS = frozenset(
@@ -83,18 +78,6 @@ _CONNECTION_ERRORS = frozenset(
         KafkaError._UNKNOWN_PARTITION,
     }
 )
-
-
-@dataclass(frozen=True)
-class Progress:
-    """Where the consumer stands in one metadata partition."""
-
-    position: int | None  # next offset to read (None: not known until the first fetch after a rewind)
-    end: int | None  # end offset (high watermark) the broker last reported
-
-    @property
-    def lag(self) -> int | None:
-        return None if self.position is None or self.end is None else max(0, self.end - self.position)
 
 
 class MetadataConsumer:
@@ -112,7 +95,6 @@ class MetadataConsumer:
         self.clients = clients
         self.failure: BaseException | None = None
         self.records_applied = 0  # records applied (committed) by this process
-        self.initial_positions: dict[int, int] = {}  # next offset per metadata partition when this process started
         self._initial = list(partitions)
         self._requests: queue.SimpleQueue[tuple[str, object, threading.Event]] = queue.SimpleQueue()
         self._stopping = threading.Event()
@@ -122,34 +104,23 @@ class MetadataConsumer:
         self._client: Consumer | None = None
         self._broker: tuple[int, float | None] = (0, None)  # brokers up, ms since the last response
         self._admin: AdminClient | None = None
-        self._limits: dict[int, int] = {}
         self._refusals = RefusalLog(log)
         self._client_errors = RateLimitedLog(log)
         self._unreachable: tuple[float, str] | None = None  # since when no broker answers, the last error
         self.topic_changes: Counter[str] = Counter()  # changes of the topic detected, by kind
         self.storage_failure: str | None = None  # why the view cannot be written now (the consumer waits)
         self.storage_failures = 0  # times writing the view failed and the consumer waited for it
+        self._ledger = ConsumerLedger(config.num_partitions, config.assign_all)
         self._reset_state()
 
     def _reset_state(self) -> None:
         """The consumer thread's own state, as a start (or a restart after the view failed) finds it."""
-        self._registered: dict[TopicIdPartition, int] = {}  # user partition -> its metadata partition
-        self._pending: dict[int, dict[TopicIdPartition, int | None]] = {}  # mp -> not ready -> end offset to reach
-        self._rewind: set[int] = set()  # metadata partitions to read again from the beginning
-        self._reread_until: dict[int, int] = {}  # metadata partition read again -> the offset it must pass
-        self._assigned: set[int] = set()
-        self._positions: dict[int, int | None] = {}
-        # metadata partition -> next offset after its last record that was handled or skipped, while the
-        # records read after it all failed (Kafka's read offset does not pass a record that threw)
-        self._read_before_failures: dict[int, int] = {}
-        self._ends: dict[int, int] = {}
-        self._held: set[int] = set()
+        self._ledger = self._ledger.restarted()
         self._ends_refreshed = 0.0
         self._topic_id: str | None = None  # stored in the view
         self._topic_unverified = True  # nothing is applied until the topic is checked
         self._topic_check_due = 0.0
         self._topic_missing = 0  # consecutive checks that did not find the topic
-        self._behind_since: dict[int, float] = {}  # metadata partition -> since when its end is below its position
 
     # ---- control (any thread) ---------------------------------------------------------------------
 
@@ -199,11 +170,15 @@ class MetadataConsumer:
         return done
 
     def metadata_partition_of(self, tp: TopicIdPartition) -> int:
-        return metadata_partition(tp.topic_id, tp.partition, self.config.num_partitions)
+        return self._ledger.metadata_partition_of(tp)
+
+    @property
+    def initial_positions(self) -> dict[int, int]:
+        """Next offset per metadata partition when the view was opened (by this process, or again)."""
+        return self._ledger.initial_positions
 
     def progress(self) -> dict[int, Progress]:
-        positions, ends = dict(self._positions), dict(self._ends)
-        return {mp: Progress(positions.get(mp), ends.get(mp)) for mp in sorted(positions)}
+        return self._ledger.progress()
 
     def wait_ready(self, partitions: Iterable[TopicIdPartition] | None, timeout: float) -> bool:
         """Wait until every one of ``partitions`` is ready (None: every registered partition that can be,
@@ -211,7 +186,7 @@ class MetadataConsumer:
         if partitions is None:
 
             def done() -> bool:
-                return self.initialized and not any(dict(self._pending).values())
+                return self.initialized and not self._ledger.waiting()
         else:
             wanted = list(partitions)
 
@@ -222,7 +197,7 @@ class MetadataConsumer:
             return self._ready_changed.wait_for(done, timeout)
 
     def registered(self) -> list[TopicIdPartition]:
-        return list(dict(self._registered))
+        return self._ledger.registered_partitions()
 
     def status(self) -> dict:
         progress = self.progress()
@@ -237,7 +212,7 @@ class MetadataConsumer:
             "metadata_partitions": {
                 str(mp): {"position": p.position, "end": p.end, "lag": p.lag} for mp, p in progress.items()
             },
-            "pending_partitions": sum(len(v) for v in dict(self._pending).values()),
+            "pending_partitions": self._ledger.waiting(),
             "records_applied": self.records_applied,
         }
 
@@ -436,37 +411,29 @@ class MetadataConsumer:
         """Before the thread starts (and once a view that refused a write takes writes again): every
         partition the view has assigned is registered again, not ready until caught up; a reading again
         from the beginning that a killed run left unfinished starts over."""
-        for mp, offset in self.view.metadata_offsets().items():
-            self.initial_positions[mp] = offset + 1
+        ledger = self._ledger
+        offsets = self.view.metadata_offsets()
+        ledger.load_offsets(offsets)
+        for mp, offset in offsets.items():
             self.watcher.applied_up_to(mp, offset + 1)
         for key, value in self.view.consumer_state().items():
             if key == _TOPIC_ID:
                 self._topic_id = value.decode()
             elif key.startswith(_REREAD):  # a reading again that a previous run did not finish
-                mp = _U32.unpack_from(key, len(_REREAD))[0]
-                self._reread_until[mp] = _I64.unpack(value)[0]
-                self._rewind.add(mp)
+                ledger.resume_reread(_U32.unpack_from(key, len(_REREAD))[0], _I64.unpack(value)[0])
         withdraw = []
         for tp, assigned, ready in self.view.partitions():
             if not assigned:
                 continue
-            mp = self._registered[tp] = self.metadata_partition_of(tp)
-            if self.view.queries.partition_row(tp).removed:
-                continue
-            self._pending.setdefault(mp, {})[tp] = None
-            if ready:
+            waits = not self.view.queries.partition_row(tp).removed
+            ledger.restore(tp, waits)
+            if waits and ready:
                 withdraw.append(tp)
         with self.view.batch() as batch:
             for tp in withdraw:
                 batch.mark_not_ready(tp)
             self._add(batch, self._initial)
-        for mp in self._wanted():  # known before the broker is: positions; the end offsets come with it
-            self._positions[mp] = None if mp in self._rewind else self.initial_positions.get(mp)
-
-    def _wanted(self) -> set[int]:
-        if self.config.assign_all:
-            return set(range(self.config.num_partitions))
-        return set(self._registered.values())
+        ledger.loaded()
 
     def _add(self, batch: Batch, partitions: Iterable[TopicIdPartition]) -> None:
         """Assign new partitions in the view and plan to read their metadata partitions from the
@@ -474,15 +441,14 @@ class MetadataConsumer:
         committed with the assignment, so that a run killed before it gets there starts it over."""
         applied = self.watcher.applied()
         for tp in partitions:
-            if tp in self._registered:
+            registration = self._ledger.register(tp, applied)
+            if registration is None:
                 continue
             batch.assign(tp)
-            mp = self._registered[tp] = self.metadata_partition_of(tp)
-            self._pending.setdefault(mp, {})[tp] = None
-            self._rewind.add(mp)
-            if applied.get(mp, 0) > 0:
-                self._reread_until[mp] = applied[mp] - 1
-                batch.put_consumer_state(_reread_key(mp), _I64.pack(applied[mp] - 1))
+            if registration.reread_until is not None:
+                batch.put_consumer_state(
+                    _reread_key(registration.metadata_partition), _I64.pack(registration.reread_until)
+                )
 
     def _serve_requests(self) -> None:
         served = []
@@ -500,9 +466,8 @@ class MetadataConsumer:
                     self._add(batch, arg)
                 else:
                     for tp in arg:
-                        if self._registered.pop(tp, None) is not None:
+                        if self._ledger.unregister(tp):
                             batch.unassign(tp)
-                            self._pending.get(self.metadata_partition_of(tp), {}).pop(tp, None)
         if served:
             self._reassign()
         for done in served:
@@ -512,47 +477,27 @@ class MetadataConsumer:
         """Bring the client's assignment in line with the registrations and rewind what must be read
         again. Partitions waiting for readiness take their end offset from the next fetch."""
         topic, client = self.config.topic, self._client
-        wanted = self._wanted()
-        gone = self._assigned - wanted
-        if gone:
-            client.incremental_unassign([TopicPartition(topic, mp) for mp in sorted(gone)])
-            for mp in gone:
-                self._positions.pop(mp, None)
-                self._read_before_failures.pop(mp, None)
-                self._ends.pop(mp, None)
-                self._held.discard(mp)
-        added = wanted - self._assigned
-        starts = {}
-        for mp in sorted(added):
-            stored = None if mp in self._rewind else self.initial_positions.get(mp)
-            starts[mp] = BEGINNING if stored is None else stored
-            self._positions[mp] = stored
-            self._read_before_failures.pop(mp, None)
-        if starts:
-            client.incremental_assign([TopicPartition(topic, mp, offset) for mp, offset in starts.items()])
-        for mp in sorted(self._rewind & (self._assigned - gone)):
-            if mp in self._held:  # a hold ends where reading starts again
-                client.resume([TopicPartition(topic, mp)])
-                self._held.discard(mp)
+        change = self._ledger.reassign()
+        if change.unassign:
+            client.incremental_unassign([TopicPartition(topic, mp) for mp in change.unassign])
+        if change.assign:
+            client.incremental_assign([TopicPartition(topic, mp, offset) for mp, offset in change.assign.items()])
+        if change.resume:
+            client.resume([TopicPartition(topic, mp) for mp in change.resume])
+        for mp in change.rewind:
             client.seek(TopicPartition(topic, mp, BEGINNING))
-            self._positions[mp] = None
-            self._read_before_failures.pop(mp, None)
-        for mp in sorted(self._rewind & wanted & self._reread_until.keys()):
+        for mp, until in change.rereading.items():
             log.info(
                 "reading metadata partition %d again from the beginning (up to offset %d at least) to load "
                 "newly registered partitions",
                 mp,
-                self._reread_until[mp],
+                until,
             )
-        self._rewind.clear()
-        self._assigned = wanted
 
     def _set_limits(self, limits: dict[int, int]) -> None:
-        self._limits = limits
-        release = [mp for mp in self._held if mp not in limits or limits[mp] > (self._positions.get(mp) or 0)]
+        release = self._ledger.set_limits(limits)
         if release:
             self._client.resume([TopicPartition(self.config.topic, mp) for mp in release])
-            self._held.difference_update(release)
 
     # ---- consuming ------------------------------------------------------------------------------------
 
@@ -561,7 +506,7 @@ class MetadataConsumer:
         first = client.poll(POLL_TIMEOUT_S)
         if first is None:
             if time.monotonic() - self._ends_refreshed > END_REFRESH_S:
-                self._refresh_ends(self._assigned)
+                self._refresh_ends(self._ledger.assigned)
                 self._ends_refreshed = time.monotonic()
             return
         messages = [first]
@@ -570,11 +515,8 @@ class MetadataConsumer:
         if self._topic_unverified:  # the connection broke while these were fetched: check the topic first
             self._read_again(messages)
             return
-        positions, limits = self._positions, self._limits
-        applied: dict[int, int] = {}
-        held: dict[int, int] = {}
-        seen: set[int] = set()
-        count = 0
+        ledger = self._ledger
+        fetch = FetchRead()
         with self.view.batch() as batch:
             apply = batch.apply
             for message in messages:
@@ -583,48 +525,38 @@ class MetadataConsumer:
                 if error is not None:
                     if error.code() != _EOF:
                         self._on_message_error(mp, error)
-                    elif mp not in held:  # the end of a partition: the position and end offset of this fetch
+                    elif mp not in fetch.held:  # the end of a partition: the position and end offset of this fetch
                         self._check_not_below(mp, message.offset())
-                        positions[mp] = message.offset()
-                        seen.add(mp)
+                        ledger.reached_end(fetch, mp, message.offset())
                     continue
                 offset = message.offset()
                 self._check_not_below(mp, offset)
-                if limits and mp in limits and offset >= limits[mp]:
-                    held.setdefault(mp, offset)
+                if ledger.hold_at(fetch, mp, offset):
                     continue
                 value = message.value()
                 result = apply(mp, offset, value)
-                if result.status == "error":
-                    self._read_before_failures.setdefault(mp, positions.get(mp) or BEGINNING)
-                else:
-                    self._read_before_failures.pop(mp, None)
+                ledger.read(fetch, mp, offset, failed=result.status == "error")
                 self._refusals.log(mp, offset, value, result)
-                positions[mp] = applied[mp] = offset + 1
-                count += 1
-            seen.update(applied)
-            self._refresh_ends(seen | held.keys())
-            readiness_changed = self._mark_ready(batch, seen)
-            for mp in seen & self._reread_until.keys():
-                if (positions.get(mp) or 0) > self._reread_until[mp]:
-                    del self._reread_until[mp]
-                    batch.put_consumer_state(_reread_key(mp), None)
-        self.records_applied += count
-        for mp, next_offset in applied.items():
+            self._refresh_ends(fetch.seen | fetch.held.keys())
+            readiness_changed = self._mark_ready(batch, fetch.seen)
+            for mp in ledger.rereads_done(fetch.seen):
+                batch.put_consumer_state(_reread_key(mp), None)
+        self.records_applied += fetch.records
+        for mp, next_offset in fetch.read.items():
             self.watcher.applied_up_to(mp, next_offset)
-        for mp, offset in held.items():
+        for mp, offset in fetch.held.items():
             tp = TopicPartition(self.config.topic, mp, offset)
             client.pause([tp])
             client.seek(tp)
-            self._held.add(mp)
+            ledger.held_at(mp)
         if readiness_changed:
             with self._ready_changed:
                 self._ready_changed.notify_all()
 
     def _check_not_below(self, mp: int, offset: int) -> None:
         """A record (or a partition's end) below the next offset the consumer expects: the offsets went back."""
-        expected = self._positions.get(mp)
-        if expected is not None and offset < expected:
+        expected = self._ledger.below_position(mp, offset)
+        if expected is not None:
             self._changed(
                 "offsets_backwards",
                 f"metadata partition {mp} gave offset {offset}, below the next "
@@ -655,11 +587,8 @@ class MetadataConsumer:
             high = client.get_watermark_offsets(TopicPartition(topic, mp), cached=True)[1]
             if high < 0:
                 continue
-            self._ends[mp] = high
-            position = self._positions.get(mp)
-            if position is None or high >= position:
-                self._behind_since.pop(mp, None)
-            elif now - self._behind_since.setdefault(mp, now) >= BEHIND_GRACE_S:
+            position = self._ledger.end_reported(mp, high, now)
+            if position is not None:
                 self._changed(
                     "offsets_backwards",
                     f"metadata partition {mp} ends at offset {high}, below the next "
@@ -668,25 +597,13 @@ class MetadataConsumer:
 
     def _mark_ready(self, batch: Batch, seen: set[int]) -> bool:
         """In the batch that reaches them: mark ready the waiting partitions of the metadata partitions
-        read from. A partition waiting for its end offset takes the one this fetch reported. Returns
-        whether any partition stopped waiting."""
-        changed = False
-        for mp in seen:
-            waiting = self._pending.get(mp)
-            position = self._read_before_failures.get(mp, self._positions.get(mp))
-            if not waiting or position is None:
-                continue
-            end = max(self._ends.get(mp, 0), position)
-            for tp, target in list(waiting.items()):
-                if target is None:
-                    target = waiting[tp] = end
-                if position >= target:
-                    del waiting[tp]
-                    changed = True
-                    error = batch.mark_ready(tp)
-                    if error is not None:
-                        log.info("partition %s cannot be marked ready (%s): its metadata was removed", tp, error)
-        return changed
+        read from. Returns whether any partition stopped waiting."""
+        now_ready = self._ledger.now_ready(seen)
+        for tp in now_ready:
+            error = batch.mark_ready(tp)
+            if error is not None:
+                log.info("partition %s cannot be marked ready (%s): its metadata was removed", tp, error)
+        return bool(now_ready)
 
 
 def _reread_key(mp: int) -> bytes:
