@@ -37,7 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
@@ -499,59 +499,68 @@ class MetadataConsumer:
         if release:
             self._client.resume([TopicPartition(self.config.topic, mp) for mp in release])
 
-    # ---- consuming ------------------------------------------------------------------------------------
+    # ---- consuming: fetch, check, apply in a view batch, record offsets, mark ready, hold ---------------
 
     def _poll(self) -> None:
+        messages = self._fetch()
+        if not messages:
+            return
+        if self._topic_unverified:  # the connection broke while these were fetched: check the topic first
+            self._read_again(messages)
+            return
+        with self.view.batch() as batch:
+            fetch = self._apply(batch, messages)
+            self._refresh_ends(fetch.seen | fetch.held.keys())
+            now_ready = self._mark_ready(batch, fetch.seen)
+            self._finish_rereads(batch, fetch.seen)
+        self._record_applied(fetch)
+        self._hold(fetch.held)
+        if now_ready:
+            with self._ready_changed:
+                self._ready_changed.notify_all()
+
+    def _fetch(self) -> list[Message]:
+        """The next records (and partition ends) the client has, up to a batch; none after a wait. While
+        idle, the end offsets are read again now and then."""
         client = self._client
         first = client.poll(POLL_TIMEOUT_S)
         if first is None:
             if time.monotonic() - self._ends_refreshed > END_REFRESH_S:
                 self._refresh_ends(self._ledger.assigned)
                 self._ends_refreshed = time.monotonic()
-            return
-        messages = [first]
+            return []
         if self.config.max_batch_records > 1:
-            messages += client.consume(self.config.max_batch_records - 1, timeout=0)
-        if self._topic_unverified:  # the connection broke while these were fetched: check the topic first
-            self._read_again(messages)
-            return
-        ledger = self._ledger
+            return [first, *client.consume(self.config.max_batch_records - 1, timeout=0)]
+        return [first]
+
+    def _apply(self, batch: Batch, messages: list[Message]) -> FetchRead:
+        """Check and apply each record in the batch, note where each partition's reading stands."""
         fetch = FetchRead()
-        with self.view.batch() as batch:
-            apply = batch.apply
-            for message in messages:
-                mp = message.partition()
-                error = message.error()
-                if error is not None:
-                    if error.code() != _EOF:
-                        self._on_message_error(mp, error)
-                    elif mp not in fetch.held:  # the end of a partition: the position and end offset of this fetch
-                        self._check_not_below(mp, message.offset())
-                        ledger.reached_end(fetch, mp, message.offset())
-                    continue
-                offset = message.offset()
-                self._check_not_below(mp, offset)
-                if ledger.hold_at(fetch, mp, offset):
-                    continue
-                value = message.value()
-                result = apply(mp, offset, value)
-                ledger.read(fetch, mp, offset, failed=result.status == "error")
-                self._refusals.log(mp, offset, value, result)
-            self._refresh_ends(fetch.seen | fetch.held.keys())
-            readiness_changed = self._mark_ready(batch, fetch.seen)
-            for mp in ledger.rereads_done(fetch.seen):
-                batch.put_consumer_state(_reread_key(mp), None)
-        self.records_applied += fetch.records
-        for mp, next_offset in fetch.read.items():
-            self.watcher.applied_up_to(mp, next_offset)
-        for mp, offset in fetch.held.items():
-            tp = TopicPartition(self.config.topic, mp, offset)
-            client.pause([tp])
-            client.seek(tp)
-            ledger.held_at(mp)
-        if readiness_changed:
-            with self._ready_changed:
-                self._ready_changed.notify_all()
+        for message in messages:
+            error = message.error()
+            if error is None:
+                self._apply_record(batch, fetch, message)
+            elif error.code() == _EOF:
+                self._reach_end(fetch, message.partition(), message.offset())
+            else:
+                self._on_message_error(message.partition(), error)
+        return fetch
+
+    def _apply_record(self, batch: Batch, fetch: FetchRead, message: Message) -> None:
+        mp, offset = message.partition(), message.offset()
+        self._check_not_below(mp, offset)
+        if self._ledger.hold_at(fetch, mp, offset):
+            return
+        value = message.value()
+        result = batch.apply(mp, offset, value)
+        self._ledger.read(fetch, mp, offset, failed=result.status == "error")
+        self._refusals.log(mp, offset, value, result)
+
+    def _reach_end(self, fetch: FetchRead, mp: int, offset: int) -> None:
+        """The end of a partition: the position and end offset of this fetch (not past a hold)."""
+        if mp not in fetch.held:
+            self._check_not_below(mp, offset)
+            self._ledger.reached_end(fetch, mp, offset)
 
     def _check_not_below(self, mp: int, offset: int) -> None:
         """A record (or a partition's end) below the next offset the consumer expects: the offsets went back."""
@@ -563,7 +572,7 @@ class MetadataConsumer:
                 f"offset {expected} the view expects (it applied up to {expected - 1})",
             )
 
-    def _read_again(self, messages: list) -> None:
+    def _read_again(self, messages: list[Message]) -> None:
         """Seek each partition back to the first record of ``messages``, which are not applied."""
         firsts: dict[int, int] = {}
         for message in messages:
@@ -604,6 +613,25 @@ class MetadataConsumer:
             if error is not None:
                 log.info("partition %s cannot be marked ready (%s): its metadata was removed", tp, error)
         return bool(now_ready)
+
+    def _finish_rereads(self, batch: Batch, seen: set[int]) -> None:
+        """Readings again from the beginning that passed their offset are done: forget them with the batch."""
+        for mp in self._ledger.rereads_done(seen):
+            batch.put_consumer_state(_reread_key(mp), None)
+
+    def _record_applied(self, fetch: FetchRead) -> None:
+        """After the commit: count the records and wake the writers waiting for their offsets."""
+        self.records_applied += fetch.records
+        for mp, next_offset in fetch.read.items():
+            self.watcher.applied_up_to(mp, next_offset)
+
+    def _hold(self, held: dict[int, int]) -> None:
+        """Pause each partition that reached its limit, at the first offset not applied."""
+        for mp, offset in held.items():
+            tp = TopicPartition(self.config.topic, mp, offset)
+            self._client.pause([tp])
+            self._client.seek(tp)
+            self._ledger.held_at(mp)
 
 
 def _reread_key(mp: int) -> bytes:
