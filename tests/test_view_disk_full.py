@@ -12,10 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
+from consumers.clients import ConfluentClients
+from consumers.consumer import MetadataConsumer
 from consumers.manager import RemoteLogMetadataManager
 from consumers.topic import ensure_topic
+from consumers.watcher import OffsetWatcher
 from rlmm.records import metadata_partition
 from rlmm.server.backend import Backend
 from rlmm.state import keys as K
@@ -100,3 +104,41 @@ def test_a_full_disk_stops_applying_and_recovers_once_space_is_freed(rlmm_config
                 batch.apply(mp, offset, value)
             batch.mark_ready(TP)
         assert recovered == {cf: list(clean.items(cf)) for cf in K.COLUMN_FAMILIES}  # every record applied once
+
+
+class RecordingClients(ConfluentClients):
+    """The real clients, each consumer kept to look at."""
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.consumers: list[Consumer] = []
+
+    def consumer(self, on_error, on_stats) -> Consumer:
+        self.consumers.append(super().consumer(on_error, on_stats))
+        return self.consumers[-1]
+
+
+def test_the_consumer_takes_a_new_client_from_its_factory_after_the_view_refused_a_write(
+    rlmm_config, small_disk
+) -> None:
+    config = rlmm_config(num_partitions=PARTITIONS)
+    ensure_topic(AdminClient(config.admin_config()), config)
+    producer = RawProducer(config.bootstrap_servers, config.topic)
+    records = finished_records(TP, 10)
+    clients = RecordingClients(config)
+    with View(small_disk / "view") as view:
+        consumer = MetadataConsumer(view, config, OffsetWatcher(), clients, [TP])
+        consumer.start()
+        try:
+            assert consumer.wait_ready([TP], timeout=30)
+            assert len(clients.consumers) == 1
+            ballast = fill(small_disk)
+            producer.produce(records)
+            assert wait_until(lambda: consumer.storage_failure is not None)
+            os.remove(ballast)
+            assert wait_until(lambda: consumer.initialized and view.metadata_offsets() == {MP: len(records) - 1})
+            assert len(clients.consumers) == 2
+            with pytest.raises(RuntimeError, match="closed"):
+                clients.consumers[0].assignment()  # the first was closed when the view refused the write
+        finally:
+            consumer.stop()
