@@ -28,6 +28,7 @@ COMPILED_MODULES = (
     "rlmm.records.uuid",
     "rlmm.records.serde",
     "rlmm.state.results",
+    "rlmm.state.classify",
     "rlmm.state.keys",
     "rlmm.state.rows",
     "rlmm.state.kv",

@@ -7,55 +7,40 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rlmm.errors import DecodeError
-from rlmm.records.model import (
-    PartitionDelete,
-    RemoteLogMetadata,
-    SegmentMetadata,
-    SegmentSnapshot,
-    SegmentUpdate,
-    TopicIdPartition,
-)
+from rlmm.records.model import RemoteLogMetadata, TopicIdPartition
 from rlmm.records.serde import decode_value
 from rlmm.state import keys as K
+from rlmm.state.classify import classify, user_partition
 from rlmm.state.export import PartitionState, partition_state, write_partition_state
 from rlmm.state.kv import MemoryKV
 from rlmm.state.machine import StateMachine
-from rlmm.state.view import QuarantinedRecord
+from rlmm.state.quarantine import QuarantinedRecord
 
 QUARANTINE_KEY = b"q"  # routing key of undecodable records
 UNROUTABLE_KEY = b"u"  # decodable records without a partition (api key 3): Kafka's routing fails, nothing changes
 
 
-def route(value: bytes | None) -> tuple[bytes, SegmentMetadata | SegmentUpdate | PartitionDelete | None]:
-    """Which user partition a raw record belongs to: (b"p" + its identity, the record), or
-    (QUARANTINE_KEY, None) when it does not decode, (UNROUTABLE_KEY, None) when it has no partition."""
-    if value is None:
-        return QUARANTINE_KEY, None
-    try:
-        record = decode_value(value)
-    except DecodeError:
-        return QUARANTINE_KEY, None
-    if isinstance(record, SegmentSnapshot):
-        return UNROUTABLE_KEY, None
-    return b"p" + K.tp_identity(record.tp), record
+def partition_key(tp: TopicIdPartition) -> bytes:
+    return b"p" + K.tp_identity(tp)
 
 
 def route_key(value: bytes | None) -> bytes:
-    return route(value)[0]
+    """Where a raw record goes, by the classification the view's apply path uses (``rlmm.state.classify``):
+    ``partition_key`` of its user partition, QUARANTINE_KEY when it does not decode, UNROUTABLE_KEY when it
+    names no partition."""
+    decoded = classify(value)
+    if isinstance(decoded, DecodeError):
+        return QUARANTINE_KEY
+    tp = user_partition(decoded)
+    return UNROUTABLE_KEY if tp is None else partition_key(tp)
 
 
 def quarantined(metadata_partition: int, offset: int, value: bytes | None) -> QuarantinedRecord:
     """The quarantine entry the view makes of an undecodable record (as ``Batch.apply`` does)."""
-    if value is None:
-        error = DecodeError("null record value (tombstone)", kafka_exception="NullPointerException")
-    else:
-        try:
-            decode_value(value)
-        except DecodeError as exc:
-            error = exc
-        else:
-            raise ValueError(f"record at {metadata_partition}/{offset} decodes")
-    return QuarantinedRecord(metadata_partition, offset, str(error), error.kafka_exception, error.kafka_cause, value)
+    decoded = classify(value)
+    if not isinstance(decoded, DecodeError):
+        raise ValueError(f"record at {metadata_partition}/{offset} decodes")
+    return QuarantinedRecord.of(metadata_partition, offset, value, decoded)
 
 
 class PartitionFold:
@@ -108,14 +93,18 @@ def fold_stream(
     folds: dict[tuple[bytes, int], PartitionFold] = {}
     quarantine = []
     for mp, offset, value in rows:
-        key, record = route(value)
-        if key == QUARANTINE_KEY:
-            quarantine.append(quarantined(mp, offset, value))
-        elif record is not None:
-            fold = folds.get((key, mp))
-            if fold is None:
-                fold = folds[(key, mp)] = PartitionFold(record.tp)
-            fold.apply(offset, record)
+        decoded = classify(value)
+        if isinstance(decoded, DecodeError):
+            quarantine.append(QuarantinedRecord.of(mp, offset, value, decoded))
+            continue
+        tp = user_partition(decoded)
+        if tp is None:
+            continue
+        key = partition_key(tp)
+        fold = folds.get((key, mp))
+        if fold is None:
+            fold = folds[(key, mp)] = PartitionFold(tp)
+        fold.apply(offset, decoded)
     return [(key, fold.finish()) for (key, _), fold in folds.items()], quarantine
 
 

@@ -30,7 +30,7 @@ from rlmm.errors import SnapshotError
 from rlmm.records.model import PartitionDelete, PartitionDeleteState, SegmentMetadata, SegmentState, TopicIdPartition
 from rlmm.state import keys as K
 from rlmm.state.export import EpochState, PartitionState
-from rlmm.state.view import QuarantinedRecord
+from rlmm.state.quarantine import QuarantinedRecord
 from snapshots.staging import staging_path
 
 FORMAT = "rlmm-snapshot"

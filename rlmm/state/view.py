@@ -9,28 +9,26 @@ which are then consumed again from the topic.
 
 from __future__ import annotations
 
-import json
 import logging
-import struct
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from rlmm.errors import DecodeError, ViewDamaged, ViewNotFound, ViewSchemaMismatch
 from rlmm.records.model import TopicIdPartition
-from rlmm.records.serde import decode_value
 from rlmm.state import keys as K
 from rlmm.state.cache import CachedReadKV
+from rlmm.state.classify import classify
 from rlmm.state.kv import StagedKV, scan
 from rlmm.state.machine import StateMachine
 from rlmm.state.maxtree import Page
 from rlmm.state.maxtree import release as release_tree_pages
 from rlmm.state.offset_cache import OffsetCache
+from rlmm.state.quarantine import QuarantinedRecord
 from rlmm.state.queries import Queries
 from rlmm.state.results import ApplyResult
 from rlmm.state.rocks import RocksKV
@@ -43,43 +41,7 @@ SCHEMA_VERSION: Final = 2
 EPOCH_CACHE_LIMIT: Final = 100_000
 TREE_CACHE_LIMIT: Final = 4_096  # timestamp-tree pages (up to ~2.5 KB each in memory) and tops
 OFFSET_CACHE_LIMIT: Final = 4_000_000  # what batch lookups hold in memory, in start offsets (8 bytes): 32 MB
-_HEADER_LEN: Final = struct.Struct(">H")
 CONSUMER_STATE_PREFIX: Final = b"consumer:"  # meta keys owned by the consumer
-
-
-@dataclass(frozen=True, slots=True)
-class QuarantinedRecord:
-    metadata_partition: int
-    offset: int
-    reason: str
-    kafka_error: str
-    kafka_cause: str | None
-    value: bytes | None
-
-    def pack(self) -> bytes:
-        header = json.dumps(
-            {
-                "reason": self.reason,
-                "kafka_error": self.kafka_error,
-                "kafka_cause": self.kafka_cause,
-                "null": self.value is None,
-            }
-        ).encode()
-        return _HEADER_LEN.pack(len(header)) + header + (self.value or b"")
-
-    @classmethod
-    def unpack(cls, key: bytes, data: bytes) -> QuarantinedRecord:
-        (length,) = _HEADER_LEN.unpack_from(data)
-        header = json.loads(data[2 : 2 + length])
-        value = None if header["null"] else data[2 + length :]
-        return cls(
-            K.read_u32(key),
-            K.read_offset(key, 4),
-            header["reason"],
-            header["kafka_error"],
-            header["kafka_cause"],
-            value,
-        )
 
 
 class Batch:
@@ -93,25 +55,16 @@ class Batch:
     def apply(self, metadata_partition: int, offset: int, value: bytes | None) -> ApplyResult:
         """Decode, route and apply one consumed record; undecodable ones go to the quarantine."""
         self.machine.record_consumed(metadata_partition, offset)
-        if value is None:
-            error = DecodeError("null record value (tombstone)", kafka_exception="NullPointerException")
-        else:
-            try:
-                record = decode_value(value)
-            except DecodeError as exc:
-                error = exc
-            else:
-                result = self.machine.handle(record, offset)
-                self.counts[result.counter] += 1
-                return result
-        entry = QuarantinedRecord(
-            metadata_partition, offset, str(error), error.kafka_exception, error.kafka_cause, value
-        )
+        decoded = classify(value)
+        if not isinstance(decoded, DecodeError):
+            result = self.machine.handle(decoded, offset)
+            self.counts[result.counter] += 1
+            return result
         key = K.quarantine_key(metadata_partition, offset)
         if self.stage.get(K.QUARANTINE, key) is None:  # a record read again (a consumer's rewind) counts once
             self.counts["quarantined"] += 1
-        self.stage.put(K.QUARANTINE, key, entry.pack())
-        return ApplyResult("error", stage="deserialize", error=error.kafka_exception, cause=error.kafka_cause)
+        self.stage.put(K.QUARANTINE, key, QuarantinedRecord.of(metadata_partition, offset, value, decoded).pack())
+        return ApplyResult("error", stage="deserialize", error=decoded.kafka_exception, cause=decoded.kafka_cause)
 
     def assign(self, tp: TopicIdPartition) -> None:
         self.machine.assign(tp)
