@@ -11,7 +11,7 @@ callers catch by them.
     │   ├── RemoteResourceNotFound
     │   └── ReplicaNotAvailable
     ├── ViewError                                   the view on disk cannot be used
-    │   ├── ViewNotFound, ViewSchemaMismatch, ViewInUse
+    │   ├── ViewNotFound, ViewSchemaMismatch, ViewInUse, ViewNotEmpty
     │   └── ViewStorageFailed
     │       └── ViewDamaged
     ├── StateError, SnapshotError                   a snapshot that cannot be used
@@ -109,6 +109,10 @@ class ViewNotFound(ViewError):
 
 class ViewSchemaMismatch(ViewError):
     pass
+
+
+class ViewNotEmpty(ViewError):
+    """A bulk load (``View.load``) was asked of a view that already holds state: it fills fresh views only."""
 
 
 class ViewInUse(ViewError):

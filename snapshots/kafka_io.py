@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
-EOF_CODE = KafkaError._PARTITION_EOF
+EOF_CODE = KafkaError._PARTITION_EOF  # noqa: SLF001  (librdkafka names its local error codes so)
 log = logging.getLogger(__name__)
 
 

@@ -7,15 +7,13 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from rocksdict import WriteBatch
-
 from rlmm.errors import SnapshotError
 from rlmm.records.model import TopicIdPartition
 from rlmm.state import keys as K
 from rlmm.state.export import PartitionState, partition_state, partitions, write_partition_state
 from rlmm.state.kv import MemoryKV, ReadKV, scan
 from rlmm.state.rows import PartitionRow
-from rlmm.state.view import View
+from rlmm.state.view import View, write_load_file
 from snapshots.format import Snapshot, read_snapshot, write_snapshot
 from snapshots.staging import staging_path
 
@@ -55,8 +53,6 @@ def _partition_rows(job: tuple) -> dict:
     ``first_index`` on) into rows; per-partition column families go to sorted SST files (their tpid
     ranges never overlap another worker's), the few other rows back to the caller."""
     directory, entries, first_index, sst_dir, worker = job
-    from rocksdict import Options, SstFileWriter
-
     from snapshots.format import decode_file, state_from_avro
 
     kv = _CollectKV()
@@ -76,11 +72,7 @@ def _partition_rows(job: tuple) -> dict:
             continue
         items.sort()
         path = str(Path(sst_dir) / f"{worker:03d}-{cf}.sst")
-        writer = SstFileWriter(options=Options(raw_mode=True))
-        writer.open(path)
-        for k, v in items:
-            writer[k] = v
-        writer.finish()
+        write_load_file(path, items)
         ssts[cf] = path
     return {"ssts": ssts, "small": small, "partitions": index - first_index, "segments": segments, "rows": kv.count}
 
@@ -143,28 +135,18 @@ def restore(
             raise SnapshotError(f"{snapshot_dir}: counts {counts} differ from the manifest's {manifest.get('counts')}")
         if progress:
             progress(f"snapshot checked, rows built: {counts}")
+        rows: list[tuple[str, bytes, bytes]] = []
+        seen: set[bytes] = set()
+        for r in results:
+            for cf, key, value in r["small"]:
+                if cf == K.PARTITIONS:
+                    if key in seen:
+                        raise SnapshotError(f"{snapshot_dir}: partition {K.tp_from_identity(key)} appears twice")
+                    seen.add(key)
+                rows.append((cf, key, value))
+        files = {cf: [r["ssts"][cf] for r in results if cf in r["ssts"]] for cf in K.PER_PARTITION}
         with View(tmp / "view") as view:
-            rocks = view._kv
-            seen: set[bytes] = set()
-            batch = WriteBatch(raw_mode=True)
-            for r in results:
-                for cf, key, value in r["small"]:
-                    if cf == K.PARTITIONS:
-                        if key in seen:
-                            raise SnapshotError(f"{snapshot_dir}: partition {K.tp_from_identity(key)} appears twice")
-                        seen.add(key)
-                    batch.put(key, value, rocks.handles[cf])
-            batch.put(K.NEXT_TPID_KEY, K.u32(counts["partitions"]), rocks.handles[K.META])
-            for mp, offset in offsets.items():
-                batch.put(K.u32(mp), K.offset_bytes(offset), rocks.handles[K.METADATA_OFFSETS])
-            for q in quarantine:
-                batch.put(K.quarantine_key(q.metadata_partition, q.offset), q.pack(), rocks.handles[K.QUARANTINE])
-            for cf in K.PER_PARTITION:
-                paths = [r["ssts"][cf] for r in results if cf in r["ssts"]]
-                if paths:
-                    rocks.cfs[cf].ingest_external_file(paths)
-            rocks.db.write(batch, rocks.write_options)
-            view.flush()
+            view.load(rows, files, next_tpid=counts["partitions"], metadata_offsets=offsets, quarantine=quarantine)
         shutil.rmtree(sst_dir, ignore_errors=True)
         if db.exists():
             db.rmdir()
@@ -190,7 +172,7 @@ def export(view_path: str | Path, out: str | Path, num_metadata_partitions: int,
     the state at its opening, and every batch is atomic, so the snapshot is consistent even beside a
     running service."""
     with View(view_path, read_only=True) as view:
-        kv = view._kv
+        kv = view.reader
         states = [partition_state(kv, tp) for tp in partitions(kv)]
         quarantine = list(view.quarantine())
         offsets = view.metadata_offsets()
@@ -240,7 +222,7 @@ def verify(snapshot_dir: str | Path, db: str | Path) -> list[str]:
     write_snapshot_rows(restored, snapshot)
     diffs: list[str] = []
     with View(db, read_only=True) as view:
-        kv = view._kv
+        kv = view.reader
         in_snapshot = set(partitions(restored))
         in_view = set(partitions(kv))
         for tp in sorted(in_snapshot | in_view, key=K.tp_identity):

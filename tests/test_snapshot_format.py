@@ -38,8 +38,8 @@ def snapshot(tmp_path):
 
 
 def assert_views_equal(a: View, b: View) -> None:
-    assert view_rows(a._kv) == view_rows(b._kv)
-    assert view_answers(a.queries, a._kv) == view_answers(b.queries, b._kv)
+    assert view_rows(a.reader) == view_rows(b.reader)
+    assert view_answers(a.queries, a.reader) == view_answers(b.queries, b.reader)
     assert non_partition_rows(a) == non_partition_rows(b)
 
 

@@ -77,12 +77,12 @@ def dense(events):
 
 
 def assert_view_equal(restored: View, expected: View, only=None) -> None:
-    rows, exp_rows = view_rows(restored._kv), view_rows(expected._kv)
+    rows, exp_rows = view_rows(restored.reader), view_rows(expected.reader)
     if only is not None:
         exp_rows = {tp: r for tp, r in exp_rows.items() if tp in only}
     assert rows == exp_rows
-    answers = view_answers(restored.queries, restored._kv)
-    exp_answers = {tp: a for tp, a in view_answers(expected.queries, expected._kv).items() if tp in rows}
+    answers = view_answers(restored.queries, restored.reader)
+    exp_answers = {tp: a for tp, a in view_answers(expected.queries, expected.reader).items() if tp in rows}
     assert answers == exp_answers
     assert non_partition_rows(restored) == non_partition_rows(expected)
 
@@ -121,12 +121,12 @@ def test_scenario_kafka_rebuild_equals_replay(name, spark, rlmm_config, kafka, t
     restore(tmp_path / "snap", tmp_path / "restored")
     assigned = {tp for tp, _ in Scenario.load(scenario_dir(name)).assigned}
     with View(tmp_path / "restored") as restored, replayed_view(name, tmp_path, all_ready=True) as replayed:
-        rows = view_rows(restored._kv)
-        expected = view_rows(replayed._kv)
+        rows = view_rows(restored.reader)
+        expected = view_rows(replayed.reader)
         for tp in assigned & rows.keys():
             assert rows[tp] == expected[tp]
-        answers = view_answers(restored.queries, restored._kv)
-        expected_answers = view_answers(replayed.queries, replayed._kv)
+        answers = view_answers(restored.queries, restored.reader)
+        expected_answers = view_answers(replayed.queries, replayed.reader)
         for tp in assigned & rows.keys():
             assert answers[tp] == expected_answers[tp]
         # every assigned partition the replay applied a record to is in the snapshot
@@ -164,7 +164,7 @@ def test_generated_kafka_snapshot_tail_incremental(spark, rlmm_config, kafka, tm
     with live_view(events, tps, tmp_path / "live") as live:
         restore(tmp_path / "snap-full", tmp_path / "restored-full")
         with View(tmp_path / "restored-full") as restored:
-            assert_view_equal(restored, live, only=set(view_rows(restored._kv)))
+            assert_view_equal(restored, live, only=set(view_rows(restored.reader)))
         assert verify(tmp_path / "snap-full", tmp_path / "live") == []
 
         # snapshot at X, restored, then the service tails the topic from X
@@ -193,8 +193,8 @@ def test_generated_kafka_snapshot_tail_incremental(spark, rlmm_config, kafka, tm
             with view.batch() as batch:  # as live_view marks them, to compare the rest
                 for tp in tps:
                     batch.mark_ready(tp)
-            assert view_rows(view._kv) == view_rows(live._kv)
-            assert view_answers(view.queries, view._kv) == view_answers(live.queries, live._kv)
+            assert view_rows(view.reader) == view_rows(live.reader)
+            assert view_answers(view.queries, view.reader) == view_answers(live.queries, live.reader)
             assert non_partition_rows(view) == non_partition_rows(live)
 
 

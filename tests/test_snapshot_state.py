@@ -29,21 +29,21 @@ def rebuilt(view_kv) -> MemoryKV:
 
 
 def assert_same(view, kv: MemoryKV) -> None:
-    assert view_rows(kv) == view_rows(view._kv)
-    assert view_answers(Queries(kv), kv) == view_answers(view.queries, view._kv)
+    assert view_rows(kv) == view_rows(view.reader)
+    assert view_answers(Queries(kv), kv) == view_answers(view.queries, view.reader)
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_scenario_state_round_trips(name, tmp_path):
     with replayed_view(name, tmp_path) as view:
-        assert_same(view, rebuilt(view._kv))
+        assert_same(view, rebuilt(view.reader))
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_generated_state_round_trips(seed, tmp_path):
     events, tps = workload_events(3000, seed=seed)
     with live_view(events, tps, tmp_path / "v") as view:
-        assert_same(view, rebuilt(view._kv))
+        assert_same(view, rebuilt(view.reader))
 
 
 def fold_into_kv(events, only=None) -> tuple[MemoryKV, list, dict]:
@@ -63,7 +63,7 @@ def test_fold_equals_replay(name, tmp_path):
     with replayed_view(name, tmp_path, all_ready=True) as view:
         kv, quarantine, offsets = fold_into_kv(scenario_events(name), only)
         # a partition without records is registered in the replay but never seen by the fold
-        expected_rows = {tp: rows for tp, rows in view_rows(view._kv).items() if tp in set(partitions(kv))}
+        expected_rows = {tp: rows for tp, rows in view_rows(view.reader).items() if tp in set(partitions(kv))}
         assert view_rows(kv) == expected_rows
         assert {"metadata_offsets": offsets, "quarantine": quarantine} == non_partition_rows(view)
 
@@ -73,11 +73,11 @@ def test_fold_equals_live_view(seed, tmp_path):
     events, tps = workload_events(4000, seed=seed)
     with live_view(events, tps, tmp_path / "v") as view:
         kv, quarantine, offsets = fold_into_kv(events)
-        expected = {tp: rows for tp, rows in view_rows(view._kv).items() if tp in set(partitions(kv))}
+        expected = {tp: rows for tp, rows in view_rows(view.reader).items() if tp in set(partitions(kv))}
         assert view_rows(kv) == expected
         assert {"metadata_offsets": offsets, "quarantine": quarantine} == non_partition_rows(view)
         assert view_answers(Queries(kv), kv) == {
-            tp: a for tp, a in view_answers(view.queries, view._kv).items() if tp in expected
+            tp: a for tp, a in view_answers(view.queries, view.reader).items() if tp in expected
         }
 
 

@@ -29,7 +29,7 @@ def test_a_schema_1_view_is_upgraded_to_the_same_rows_and_answers(tmp_path) -> N
     events, tps = workload_events(3_000, seed=11)
     path = tmp_path / "view"
     with live_view(events, tps, path) as view:
-        rows, answers = view_rows(view._kv), view_answers(view.queries, view._kv)
+        rows, answers = view_rows(view.reader), view_answers(view.queries, view.reader)
     assert any(r[K.TIMESTAMP_TREES] for r in rows.values())
     make_schema_1(path)
 
@@ -37,11 +37,11 @@ def test_a_schema_1_view_is_upgraded_to_the_same_rows_and_answers(tmp_path) -> N
         View(path, read_only=True)
 
     with View(path) as upgraded:
-        assert view_rows(upgraded._kv) == rows
-        assert view_answers(upgraded.queries, upgraded._kv) == answers
-        assert K.read_u32(upgraded._kv.get(K.META, K.SCHEMA_VERSION_KEY)) == SCHEMA_VERSION
+        assert view_rows(upgraded.reader) == rows
+        assert view_answers(upgraded.queries, upgraded.reader) == answers
+        assert K.read_u32(upgraded.reader.get(K.META, K.SCHEMA_VERSION_KEY)) == SCHEMA_VERSION
     with View(path, read_only=True) as reader:
-        assert view_answers(reader.queries, reader._kv) == answers
+        assert view_answers(reader.queries, reader.reader) == answers
 
 
 def test_a_view_of_a_newer_schema_is_refused(tmp_path) -> None:

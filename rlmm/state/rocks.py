@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from rocksdict import (
     Options,
     Rdict,
     ReadOptions,
+    SstFileWriter,
     WriteBatch,
     WriteOptions,
 )
@@ -37,6 +38,15 @@ def storage_error(exc: Exception) -> Exception:
     if code == "IO error" and detail.startswith("While lock file"):
         return ViewInUse(text)
     return ViewStorageFailed(text)
+
+
+def write_sst(path: str, items: Iterable[tuple[bytes, bytes]]) -> None:
+    """Rows of one column family, in key order, as a table file that ``RocksKV.ingest`` adds as it is."""
+    writer = SstFileWriter(options=Options(raw_mode=True))
+    writer.open(path)
+    for key, value in items:
+        writer[key] = value
+    writer.finish()
 
 
 class RocksKV:
@@ -248,6 +258,14 @@ class RocksKV:
             it.next()
         self._check(it)
         return count
+
+    def ingest(self, cf: str, paths: list[str]) -> None:
+        """Add table files (``write_sst``) to a column family as they are, in one step."""
+        try:
+            self.cfs[cf].ingest_external_file(paths)
+        except Exception as exc:
+            raise self._failed(exc) from None
+        self._iterators = {}
 
     def commit(self, stage: StagedKV) -> None:
         """Write everything staged as one atomic batch (range deletions first, they came first)."""

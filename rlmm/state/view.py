@@ -13,17 +13,17 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
-from rlmm.errors import DecodeError, ViewDamaged, ViewNotFound, ViewSchemaMismatch
+from rlmm.errors import DecodeError, ViewDamaged, ViewNotEmpty, ViewNotFound, ViewSchemaMismatch
 from rlmm.records.model import TopicIdPartition
 from rlmm.state import keys as K
 from rlmm.state.cache import CachedReadKV
 from rlmm.state.classify import classify
-from rlmm.state.kv import StagedKV, scan
+from rlmm.state.kv import ReadKV, StagedKV, scan
 from rlmm.state.machine import StateMachine
 from rlmm.state.maxtree import Page
 from rlmm.state.maxtree import release as release_tree_pages
@@ -31,7 +31,7 @@ from rlmm.state.offset_cache import OffsetCache
 from rlmm.state.quarantine import QuarantinedRecord
 from rlmm.state.queries import Queries
 from rlmm.state.results import ApplyResult
-from rlmm.state.rocks import RocksKV
+from rlmm.state.rocks import RocksKV, write_sst
 from rlmm.state.rows import EpochRow, PartitionRow
 from rlmm.state.upgrade import STEPS as UPGRADE_STEPS
 
@@ -217,6 +217,48 @@ class View:
                 release_tree_pages(self._tree_pages)
                 self._tree_tops.clear()
 
+    def load(
+        self,
+        rows: Iterable[tuple[str, bytes, bytes]],
+        files: Mapping[str, Sequence[str]],
+        *,
+        next_tpid: int,
+        metadata_offsets: Mapping[int, int],
+        quarantine: Iterable[QuarantinedRecord],
+    ) -> None:
+        """Fill a fresh view in bulk (a restore) and make it durable: ``files``, per column family its rows in
+        sorted files (``write_load_file``), are ingested as they are; then ``rows`` (column family, key, value),
+        the tpid counter, the consumed offsets and the quarantine are written in one atomic batch. Raises
+        ``ViewNotEmpty`` when the view holds anything besides its schema version. A load interrupted between
+        the files and the batch leaves rows without their partitions, in a view that refuses another load:
+        load a view where nothing reads it and move it into place once loaded, as restore does."""
+        with self._write_lock:
+            self._refuse_unless_empty()
+            stage = StagedKV(self._kv)
+            for cf, key, value in rows:
+                stage.put(cf, key, value)
+            stage.put(K.META, K.NEXT_TPID_KEY, K.u32(next_tpid))
+            for mp, offset in metadata_offsets.items():
+                stage.put(K.METADATA_OFFSETS, K.u32(mp), K.offset_bytes(offset))
+            for q in quarantine:
+                stage.put(K.QUARANTINE, K.quarantine_key(q.metadata_partition, q.offset), q.pack())
+            try:
+                for cf, paths in files.items():
+                    if paths:
+                        self._kv.ingest(cf, list(paths))
+                self._kv.commit(stage)
+            finally:
+                self._drop_caches()
+        self.flush()
+
+    def _refuse_unless_empty(self) -> None:
+        for cf in K.COLUMN_FAMILIES:
+            for key, _ in scan(self._kv, cf, b""):
+                if cf != K.META or key != K.SCHEMA_VERSION_KEY:
+                    raise ViewNotEmpty(
+                        f"the view at {self.path} is not empty ({cf} has rows): a load fills a fresh view"
+                    )
+
     def _drop_caches(self) -> None:
         self._row_cache.clear()
         self._epoch_cache.clear()
@@ -247,6 +289,11 @@ class View:
         for key, value in scan(self._kv, K.QUARANTINE, b""):
             yield QuarantinedRecord.unpack(key, value)
 
+    @property
+    def reader(self) -> ReadKV:
+        """The committed state, for the core's readers (``rlmm.state.export``...): to read, never to write."""
+        return self._kv
+
     def items(self, cf: str) -> Iterator[tuple[bytes, bytes]]:
         """Raw content of one column family, in key order."""
         return scan(self._kv, cf, b"")
@@ -256,6 +303,11 @@ class View:
         for key, raw in scan(self._kv, K.PARTITIONS, b""):
             row = PartitionRow.unpack(raw)
             yield K.tp_from_identity(key), row.assigned, row.ready
+
+
+def write_load_file(path: str | Path, rows: Iterable[tuple[bytes, bytes]]) -> None:
+    """Rows of one column family, in key order, as a file for ``View.load`` (worker processes may write them)."""
+    write_sst(str(path), rows)
 
 
 def reset_view(path: str | Path) -> list[TopicIdPartition]:
