@@ -34,6 +34,7 @@ COMPILED_MODULES = (
     "rlmm.state.kv",
     "rlmm.state.maxtree",
     "rlmm.state.timestamp_index",
+    "rlmm.state.epoch_index",
     "rlmm.state.machine",
     "rlmm.state.rocks",
     "rlmm.state.view",

@@ -21,7 +21,8 @@ from rlmm.records.model import (
     SegmentUpdate,
     TopicIdPartition,
 )
-from rlmm.state.machine import VALID_TRANSITIONS, epoch_end
+from rlmm.state.epoch_index import epoch_end
+from rlmm.state.machine import VALID_TRANSITIONS
 from rlmm.state.results import ApplyResult
 
 S = SegmentState

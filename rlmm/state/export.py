@@ -16,8 +16,9 @@ from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentState, T
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.state import keys as K
 from rlmm.state import timestamp_index
+from rlmm.state.epoch_index import REFERENCED, UNREFERENCED, epoch_end, is_break, is_inversion
 from rlmm.state.kv import ReadKV, WriteKV, scan
-from rlmm.state.machine import REFERENCED, UNREFERENCED, _is_break, _is_inversion, decode_segment, epoch_end
+from rlmm.state.machine import decode_segment
 from rlmm.state.maxtree import TreePages
 from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, pack_memberships
 
@@ -153,9 +154,9 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
             if not entry.txn_index_empty:
                 kv.put(K.TXN, key, b"")
             following = entries[i + 1] if i + 1 < len(entries) else None
-            if _is_break(entry, following):
+            if is_break(entry, following):
                 kv.put(K.BREAKS, key, b"")
-            if _is_inversion(entry, following):
+            if is_inversion(entry, following):
                 kv.put(K.INVERSIONS, key, b"")
             timestamp_index.reference(trees, tpid, epoch, start, by_id[entry.segment_id])
         if entries:

@@ -15,8 +15,9 @@ from rlmm.records.model import SegmentMetadata, TopicIdPartition
 from rlmm.records.uuid import uuid_to_str
 from rlmm.state import keys as K
 from rlmm.state import timestamp_index
+from rlmm.state.epoch_index import ref_entry
 from rlmm.state.kv import Item, ReadKV, last, scan
-from rlmm.state.machine import decode_segment, load_segment, ref_entry
+from rlmm.state.machine import decode_segment, load_segment
 from rlmm.state.offset_cache import OffsetCache
 from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, ref_epoch_end, ref_value
 
