@@ -12,7 +12,8 @@ index) and the highest offset copied. ``EpochIndex`` keeps the same in the view'
 * the timestamp index (rlmm/state/timestamp_index.py): each epoch's tree of maxima over its offset index, the
   inversions of the offset index's order, the finished unreferenced segments.
 
-The state machine changes it one transition at a time.
+The state machine changes it one transition at a time; a snapshot restore writes each epoch whole
+(``write_epoch``) into the same rows.
 """
 
 from __future__ import annotations
@@ -191,6 +192,47 @@ class EpochIndex:
             _add_contribution(er, new_size, count)
         return bool(members)
 
+    # ---- a whole epoch ---------------------------------------------------------------------------------------------
+
+    def write_epoch(
+        self,
+        tpid: bytes,
+        epoch: int,
+        highest_offset: int | None,
+        referenced: list[tuple[int, SegmentMetadata, bytes]],
+        unreferenced: list[tuple[bytes, SegmentMetadata | None]],
+    ) -> None:
+        """Write an epoch that the KV does not hold, with the rows its transitions would have written, and nothing
+        else (a restore's KV may be write-only: reads give nothing, and each key is written once).
+        ``referenced``: its offset index (start in the epoch, finished segment, the segment's topic value);
+        ``unreferenced``: its unreferenced set (id, metadata if any)."""
+        kv = self.kv
+        row_key = K.epoch_prefix(tpid, epoch)
+        er = self._rows[row_key] = EpochRow(highest_offset)
+        self._dirty_rows.add(row_key)
+        ordered = sorted(referenced, key=_start)
+        entries = [(start, offset_entry(segment, epoch, value)) for start, segment, value in ordered]
+        for i, (start, entry) in enumerate(entries):
+            key = K.offset_key(tpid, epoch, start)
+            following = entries[i + 1] if i + 1 < len(entries) else None
+            kv.put(K.OFFSETS, key, entry.pack())
+            if not entry.txn_index_empty:
+                kv.put(K.TXN, key, b"")
+            if is_break(entry, following):
+                kv.put(K.BREAKS, key, b"")
+            if is_inversion(entry, following):
+                kv.put(K.INVERSIONS, key, b"")
+            TI.reference(self._tree_pages, tpid, epoch, start, ordered[i][1])
+            self._membership(er, tpid, epoch, entry.segment_id, REFERENCED, True, entry.size)
+        if entries:
+            er.first_key, er.last_key, er.last_end = entries[0][0], entries[-1][0], entries[-1][1].end_offset
+        for segment_id, segment in unreferenced:
+            self._unreferenced_add(
+                er, tpid, epoch, segment_id, None if segment is None else segment.segment_size_in_bytes
+            )
+            if segment is not None and segment.state is SegmentState.COPY_SEGMENT_FINISHED:
+                TI.add_finished_unreferenced(kv, tpid, epoch, segment.start_offset, segment_id)
+
     # ---- membership and the unreferenced set -----------------------------------------------------------------------
 
     def memberships(self, tpid: bytes, segment_id: bytes) -> dict[int, int]:
@@ -218,7 +260,7 @@ class EpochIndex:
         _add_contribution(er, size, 1 if on else -1)
         return True
 
-    def _unreferenced_add(self, er: EpochRow, tpid: bytes, epoch: int, segment_id: bytes, size: int) -> None:
+    def _unreferenced_add(self, er: EpochRow, tpid: bytes, epoch: int, segment_id: bytes, size: int | None) -> None:
         if self._membership(er, tpid, epoch, segment_id, UNREFERENCED, True, size):
             self.kv.put_new(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id, b"")
             er.unreferenced += 1
@@ -349,6 +391,10 @@ def is_inversion(entry: RefEntry, nxt: tuple[int, RefEntry] | None) -> bool:
     """Whether the next entry's segment starts before this one's: the offset index's order is then not the
     order by start offset that Kafka's listing sorts into when the epoch has unreferenced segments."""
     return nxt is not None and nxt[1].start_offset < entry.start_offset
+
+
+def _start(referenced: tuple[int, SegmentMetadata, bytes]) -> int:
+    return referenced[0]
 
 
 def _flag_count(flags: int) -> int:

@@ -3,8 +3,9 @@
 ``partition_state(kv, tp)`` reads what Kafka's structures hold for one partition (the partition row,
 its segments, and per leader epoch the highest offset, the referenced entries and the unreferenced
 set) from any ``ReadKV``. ``write_partition_state(kv, tp, state)`` writes exactly the rows the state
-machine would have written for that state, derived indexes included (offset-index entries, txn,
-breaks, inversions, max timestamp, timestamp trees, membership, epoch aggregates, orphans). Pure: no I/O.
+machine would have written for that state, derived indexes included: the partition's (segments, max timestamp,
+orphans) here, each epoch's (offset-index entries, txn, breaks, inversions, timestamp trees, membership, epoch
+aggregates) by the machine's own ``EpochIndex``. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ from rlmm.errors import StateError
 from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentState, TopicIdPartition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.state import keys as K
-from rlmm.state import timestamp_index
-from rlmm.state.epoch_index import REFERENCED, UNREFERENCED, epoch_end, is_break, is_inversion
+from rlmm.state.epoch_index import EpochIndex
 from rlmm.state.kv import ReadKV, WriteKV, scan
-from rlmm.state.machine import decode_segment
-from rlmm.state.maxtree import TreePages
-from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, pack_memberships
+from rlmm.state.machine import decode_segment, segment_max_timestamp_key
+from rlmm.state.rows import EpochRow, PartitionRow, RefEntry
 
 
 @dataclass(slots=True)
@@ -106,83 +105,32 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
         by_id[segment.segment_id] = segment
         value = encoded[segment.segment_id] = encode_value(segment)
         kv.put(K.SEGMENTS, tpid + segment.segment_id, value)
-        if segment.state is SegmentState.COPY_SEGMENT_FINISHED:
-            kv.put(
-                K.MAX_TIMESTAMP,
-                K.max_timestamp_key(tpid, segment.max_timestamp_ms, segment.end_offset, segment.segment_id),
-                b"",
-            )
-    members: dict[bytes, dict[int, int]] = {}
-    trees = TreePages(kv, K.TIMESTAMP_TREES)
+        max_timestamp_key = segment_max_timestamp_key(tpid, segment)
+        if max_timestamp_key is not None:
+            kv.put(K.MAX_TIMESTAMP, max_timestamp_key, b"")
+    epochs = EpochIndex(kv)
+    tracked: set[bytes] = set()
     for es in state.epochs:
-        epoch = es.epoch
-        er = EpochRow(highest_offset=es.highest_offset)
-        entries: list[tuple[int, RefEntry]] = []
+        referenced: list[tuple[int, SegmentMetadata, bytes]] = []
         for start, segment_id in es.referenced:
-            referenced = by_id.get(segment_id)
-            if referenced is None or referenced.state is not SegmentState.COPY_SEGMENT_FINISHED:
+            finished = by_id.get(segment_id)
+            if finished is None or finished.state is not SegmentState.COPY_SEGMENT_FINISHED:
                 raise StateError(
-                    f"epoch {epoch} of {tp} references segment {segment_id.hex()}, which is not a "
+                    f"epoch {es.epoch} of {tp} references segment {segment_id.hex()}, which is not a "
                     f"finished segment of the partition"
                 )
-            try:
-                end = epoch_end(referenced, epoch)
-            except KeyError:
+            if (es.epoch, start) not in finished.segment_leader_epochs:
                 raise StateError(
-                    f"epoch {epoch} of {tp} references segment {segment_id.hex()} outside its epochs"
-                ) from None
-            entries.append(
-                (
-                    start,
-                    RefEntry(
-                        segment_id,
-                        end,
-                        referenced.end_offset,
-                        referenced.txn_index_empty,
-                        referenced.segment_size_in_bytes,
-                        referenced.start_offset,
-                        encoded[segment_id],
-                    ),
+                    f"epoch {es.epoch} of {tp} references segment {segment_id.hex()} at {start}, where the segment "
+                    f"does not start that epoch"
                 )
-            )
-            flags = members.setdefault(segment_id, {})
-            flags[epoch] = flags.get(epoch, 0) | REFERENCED
-        entries.sort(key=lambda e: e[0])
-        for i, (start, entry) in enumerate(entries):
-            key = K.offset_key(tpid, epoch, start)
-            kv.put(K.OFFSETS, key, entry.pack())
-            if not entry.txn_index_empty:
-                kv.put(K.TXN, key, b"")
-            following = entries[i + 1] if i + 1 < len(entries) else None
-            if is_break(entry, following):
-                kv.put(K.BREAKS, key, b"")
-            if is_inversion(entry, following):
-                kv.put(K.INVERSIONS, key, b"")
-            timestamp_index.reference(trees, tpid, epoch, start, by_id[entry.segment_id])
-        if entries:
-            er.first_key, er.last_key, er.last_end = entries[0][0], entries[-1][0], entries[-1][1].end_offset
-        prefix = K.epoch_prefix(tpid, epoch)
-        for segment_id in es.unreferenced:
-            kv.put(K.UNREFERENCED, prefix + segment_id, b"")
-            unreferenced = by_id.get(segment_id)
-            if unreferenced is not None and unreferenced.state is SegmentState.COPY_SEGMENT_FINISHED:
-                timestamp_index.add_finished_unreferenced(kv, tpid, epoch, unreferenced.start_offset, segment_id)
-            flags = members.setdefault(segment_id, {})
-            flags[epoch] = flags.get(epoch, 0) | UNREFERENCED
-        er.unreferenced = len(es.unreferenced)
-        for segment_id in [s for _, s in es.referenced] + list(es.unreferenced):
-            er.members += 1
-            member = by_id.get(segment_id)
-            if member is None:
-                er.dangling += 1
-            else:
-                er.size += member.segment_size_in_bytes
-        kv.put(K.EPOCHS, prefix, er.pack())
-    trees.flush()
-    orphans = 0
-    for segment_id, flags in members.items():
-        kv.put(K.MEMBERSHIP, tpid + segment_id, pack_memberships(flags))
-        orphans += segment_id not in by_id
+            referenced.append((start, finished, encoded[segment_id]))
+        if len({s for _, s in es.referenced}) < len(es.referenced) or len(set(es.unreferenced)) < len(es.unreferenced):
+            raise StateError(f"a segment twice in the offset index or the unreferenced set of epoch {es.epoch} of {tp}")
+        epochs.write_epoch(tpid, es.epoch, es.highest_offset, referenced, [(s, by_id.get(s)) for s in es.unreferenced])
+        tracked.update(segment_id for _, segment_id in es.referenced)
+        tracked.update(es.unreferenced)
+    epochs.flush()
     row = PartitionRow(
         tpid,
         state.assigned,
@@ -191,7 +139,7 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
         state.last_applied_offset,
         sum(s.segment_size_in_bytes for s in state.segments),
         len(state.segments),
-        orphans,
+        len(tracked - by_id.keys()),  # orphans: tracked segments without metadata
         b"" if state.delete_record is None else encode_value(state.delete_record),
     )
     kv.put(K.PARTITIONS, K.tp_identity(tp), row.pack())
