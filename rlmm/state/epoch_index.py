@@ -237,7 +237,9 @@ class EpochIndex:
 
     def memberships(self, tpid: bytes, segment_id: bytes) -> dict[int, int]:
         """Epoch -> membership flags of one segment (cached for the batch, written back by ``flush``)."""
-        key = tpid + segment_id
+        return self._memberships_at(tpid + segment_id)
+
+    def _memberships_at(self, key: bytes) -> dict[int, int]:
         members = self._members.get(key)
         if members is None:
             members = self._members[key] = unpack_memberships(self.kv.get(K.MEMBERSHIP, key))
@@ -247,7 +249,8 @@ class EpochIndex:
         self, er: EpochRow, tpid: bytes, epoch: int, segment_id: bytes, flag: int, on: bool, size: int | None
     ) -> bool:
         """Set or clear one membership flag of a segment in an epoch; returns whether it changed."""
-        members = self.memberships(tpid, segment_id)
+        key = tpid + segment_id
+        members = self._memberships_at(key)
         flags = members.get(epoch, 0)
         new_flags = flags | flag if on else flags & ~flag
         if new_flags == flags:
@@ -256,7 +259,7 @@ class EpochIndex:
             members[epoch] = new_flags
         else:
             del members[epoch]
-        self._dirty_members.add(tpid + segment_id)
+        self._dirty_members.add(key)
         _add_contribution(er, size, 1 if on else -1)
         return True
 
