@@ -15,7 +15,6 @@ import itertools
 import json
 import os
 import random
-import resource
 import statistics
 import struct
 import subprocess
@@ -78,6 +77,16 @@ def read_events(path: Path) -> Iterator[tuple[int, int, bytes | None]]:
             mp, offset, length = FRAME.unpack(data)
             yield mp, offset, None if length < 0 else f.read(length)
             data = f.read(FRAME.size)
+
+
+def peak_rss_of_this_process_mb() -> float:
+    """The high-water mark of this process's own memory (VmHWM). Not ``getrusage``'s ``ru_maxrss``: Linux keeps
+    that across ``exec``, so a child process reports the peak of the parent it was forked from (here the
+    workload generator's)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def sample(items: Iterator, k: int, rng: random.Random) -> list:
@@ -258,7 +267,7 @@ def measure(events_path: Path, view_dir: Path) -> dict:
             assert q.next_segment_with_txn_index(txn_chain, 0, offset).start_offset == last * 100
             txn[str(distance)] = time_calls([lambda o=offset: q.next_segment_with_txn_index(txn_chain, 0, o)] * 500)[0]
         rss_curve["after txn chain"] = round(process.memory_info().rss / 2**20, 1)
-        peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # before the scans' lists of 100k segments
+        peak_rss_mb = peak_rss_of_this_process_mb()  # before the scans' lists of 100k segments
         by_timestamp = timestamp_lookups(view)
         segments_live = sum(1 for _ in view.items("segments"))
     disk = sum(f.stat().st_size for f in view_dir.rglob("*") if f.is_file())
@@ -272,7 +281,7 @@ def measure(events_path: Path, view_dir: Path) -> dict:
         "query_p99_us": p99,
         "txn_next_p50_us": txn,
         "by_timestamp_p50_us": by_timestamp,
-        "peak_rss_mb": round(peak_rss / 1024, 1),
+        "peak_rss_mb": peak_rss_mb,
         "rss_mb_by_events": rss_curve,
         "disk_mb": round(disk / 2**20, 1),
     }
