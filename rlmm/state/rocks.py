@@ -67,9 +67,11 @@ class RocksKV:
         write_buffer_mb: int = 32,
         sync: bool = False,
         read_only: bool = False,
+        secondary: Path | None = None,
     ) -> None:
         """``row_cache_mb``: a cache of the values point reads found (0: none), which spares a repeated
-        ``get_many`` the index and block searches."""
+        ``get_many`` the index and block searches. ``secondary``: open as a RocksDB secondary instance (its
+        own files in that directory) that follows the process writing the database (``catch_up``)."""
         cache = Cache(cache_mb << 20)
         table = BlockBasedOptions()
         table.set_block_cache(cache)
@@ -91,12 +93,17 @@ class RocksKV:
         options.set_block_based_table_factory(table)
         if row_cache_mb:
             options.set_row_cache(Cache(row_cache_mb << 20))
+        if secondary is not None:
+            options.set_max_open_files(-1)  # keeps table files open: the primary may delete them meanwhile
         self.fault: ViewDamaged | None = None
         self._path = str(path)
         self._options = options
         self._cf_options = {cf: cf_options for cf in K.COLUMN_FAMILIES}
-        self._read_only = read_only
-        self._access = AccessType.read_only() if read_only else AccessType.read_write()
+        self._read_only = read_only or secondary is not None
+        if secondary is not None:
+            self._access = AccessType.secondary(str(secondary))
+        else:
+            self._access = AccessType.read_only() if read_only else AccessType.read_write()
         self.write_options = WriteOptions()
         self.write_options.sync = sync
         # one iterator per (thread, column family) for floor/ceiling, dropped at every commit so that a
@@ -267,8 +274,17 @@ class RocksKV:
             raise self._failed(exc) from None
         self._iterators = {}
 
-    def commit(self, stage: StagedKV) -> None:
-        """Write everything staged as one atomic batch (range deletions first, they came first)."""
+    def catch_up(self) -> None:
+        """A secondary instance: read what the primary has written since (its WAL and MANIFEST)."""
+        try:
+            self.db.try_catch_up_with_primary()
+        except Exception as exc:
+            raise self._failed(exc) from None
+        self._iterators = {}
+
+    def commit(self, stage: StagedKV) -> bool:
+        """Write everything staged as one atomic batch (range deletions first, they came first); False
+        when nothing was staged."""
         batch = WriteBatch(raw_mode=True)
         for cf, prefixes in stage.deleted_prefixes.items():
             for prefix in prefixes:
@@ -280,9 +296,11 @@ class RocksKV:
                     batch.delete(key, handle)
                 else:
                     batch.put(key, value, handle)
-        if not batch.is_empty():
-            try:
-                self.db.write(batch, self.write_options)
-            except Exception as exc:
-                raise self._failed(exc) from None
-            self._iterators = {}
+        if batch.is_empty():
+            return False
+        try:
+            self.db.write(batch, self.write_options)
+        except Exception as exc:
+            raise self._failed(exc) from None
+        self._iterators = {}
+        return True

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
@@ -96,10 +96,16 @@ class View:
         row_cache_mb: int = 0,
         write_buffer_mb: int = 32,
         read_only: bool = False,
+        secondary: Path | None = None,
+        on_commit: Callable[[], None] | None = None,
     ) -> None:
         """``read_only`` opens an existing view beside the process that writes it (operations tools);
-        ``row_cache_mb`` caches the offset index entries that batch lookups read."""
+        ``secondary`` likewise, as a RocksDB secondary instance keeping its own files in that directory, which
+        ``catch_up`` brings up to date with the writer; ``on_commit`` is called after each batch that wrote
+        something, before ``batch`` returns; ``row_cache_mb`` caches the offset index entries that batch
+        lookups read."""
         self.path = Path(path)
+        read_only = read_only or secondary is not None
         if read_only and not (self.path / "CURRENT").is_file():
             raise ViewNotFound(f"no view at {self.path}")
         self.path.mkdir(parents=True, exist_ok=True)
@@ -110,7 +116,9 @@ class View:
             write_buffer_mb=write_buffer_mb,
             sync=sync,
             read_only=read_only,
+            secondary=secondary,
         )
+        self._on_commit = on_commit
         self._write_lock = threading.Lock()
         # partition and epoch rows, kept across batches: this view is their only writer
         self._row_cache: dict[TopicIdPartition, PartitionRow] = {}
@@ -205,12 +213,14 @@ class View:
                 batch.stage.put(K.META, key, K.offset_bytes((0 if raw is None else K.read_offset(raw, 0)) + count))
             self._offset_cache.committing(batch.stage)
             try:
-                self._kv.commit(batch.stage)
+                written = self._kv.commit(batch.stage)
             except BaseException:
                 self._drop_caches()
                 raise
             self._read_cache.committed(batch.stage)
             self._offset_cache.committed(batch.stage)
+            if written and self._on_commit is not None:
+                self._on_commit()
             if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
                 self._epoch_cache.clear()
             if len(self._tree_pages) + len(self._tree_tops) > TREE_CACHE_LIMIT:
@@ -258,6 +268,12 @@ class View:
                     raise ViewNotEmpty(
                         f"the view at {self.path} is not empty ({cf} has rows): a load fills a fresh view"
                     )
+
+    def catch_up(self) -> None:
+        """A secondary view: see every batch the writer has committed until now, nothing cached from before."""
+        self._kv.catch_up()
+        self._read_cache.clear()
+        self._offset_cache.clear()
 
     def _drop_caches(self) -> None:
         self._row_cache.clear()

@@ -1,0 +1,36 @@
+"""A view opened as a RocksDB secondary instance beside its writer (``rlmm serve --workers``): it answers
+what the writer had committed when it was opened or last caught up, and after ``catch_up`` every batch
+committed until then, through the query side's caches too; ``on_commit`` tells each batch that wrote."""
+
+from __future__ import annotations
+
+from rlmm.state.view import View
+from tests.grpc_support import fill_view, new_tp, segment
+
+
+def test_a_secondary_view_answers_what_the_writer_committed_once_caught_up(tmp_path) -> None:
+    commits = []
+    tp, loading = new_tp(), new_tp("loading")
+    first, second = segment(tp, 0, 99), segment(tp, 100, 199)
+    with View(tmp_path / "view", on_commit=lambda: commits.append(1)) as writer:
+        opened = len(commits)  # a new view writes its schema version
+        fill_view(writer, tp, [first])
+        fill_view(writer, loading, [], ready=False)
+        with writer.batch():
+            pass  # nothing written: nothing to tell
+        assert len(commits) == opened + 2
+        with View(tmp_path / "view", secondary=tmp_path / "secondary") as reader:
+            # read, and cached (the partition row, the epoch's start offsets), before the writer goes on
+            assert not reader.queries.is_ready(loading)
+            assert reader.queries.remote_log_segment_metadata(tp, 0, 150) is None
+            fill_view(writer, tp, [second])
+            with writer.batch() as batch:
+                batch.mark_ready(loading)
+            assert len(commits) == opened + 4
+            assert not reader.queries.is_ready(loading)  # not caught up yet
+            reader.catch_up()
+            assert reader.queries.is_ready(loading)
+            assert reader.queries.remote_log_segment_metadata(tp, 0, 150).segment_id == second.segment_id
+            listed = list(reader.queries.list_remote_log_segments(tp))
+            assert len(listed) == 2 and listed == list(writer.queries.list_remote_log_segments(tp))
+            assert reader.queries.remote_log_size(tp) == writer.queries.remote_log_size(tp) == 2 * 1099
