@@ -21,7 +21,7 @@ callers catch by them.
     │   ├── InvalidMetadataError, WriteTimeoutError, WriteFailedError, ServiceStoppedError
     │   └── ProducerRecoveringError
     ├── ServerError                                 what the gRPC server refuses or cannot do
-    │   └── NoKafkaError, ConsumerStoppedError, AccessDenied, ServeError
+    │   └── NoKafkaError, ConsumerStoppedError, AccessDenied, ServeError, PrimaryUnavailableError
     ├── CallError                                   a failed call, as the client sees it
     │   ├── NotFoundError (also RemoteResourceNotFound)
     │   ├── UnavailableError
@@ -238,6 +238,11 @@ class AccessDenied(ServerError):
 
 class ServeError(ServerError, RuntimeError):
     """The server cannot start for a reason the operator can fix (an address in use, a missing file)."""
+
+
+class PrimaryUnavailableError(ServerError, RuntimeError):
+    """A secondary worker of ``rlmm serve --workers`` whose primary (the worker that consumes and writes the
+    view) does not answer: it refuses reads, which could be stale, and cannot forward writes."""
 
 
 # ---- a failed call, as the client sees it -------------------------------------------------------------

@@ -17,10 +17,12 @@ from grpc_status import rpc_status
 from rlmm.errors import (
     AccessDenied,
     ArgumentError,
+    CallError,
     ConsumerStoppedError,
     InvalidMetadataError,
     NoKafkaError,
     NotInitializedError,
+    PrimaryUnavailableError,
     ProducerRecoveringError,
     RemoteResourceNotFound,
     ReplicaNotAvailable,
@@ -73,6 +75,7 @@ _KNOWN: tuple[tuple[type[RlmmError], grpc.StatusCode, str, bool], ...] = (
     (TopicChangedError, grpc.StatusCode.FAILED_PRECONDITION, "METADATA_TOPIC_CHANGED", False),
     (ViewDamaged, grpc.StatusCode.DATA_LOSS, "VIEW_DAMAGED", False),
     (ViewStorageFailed, grpc.StatusCode.UNAVAILABLE, "VIEW_STORAGE_FAILED", True),
+    (PrimaryUnavailableError, grpc.StatusCode.UNAVAILABLE, "PRIMARY_UNAVAILABLE", True),
 )
 
 
@@ -81,6 +84,9 @@ def failure_of(exc: BaseException, retry_after_s: float) -> Failure | None:
     if isinstance(exc, AccessDenied):
         code = grpc.StatusCode.UNAUTHENTICATED if exc.unauthenticated else grpc.StatusCode.PERMISSION_DENIED
         return Failure(code, code.name, str(exc))
+    if isinstance(exc, CallError):  # a call forwarded to the primary worker: its answer as it is
+        code = exc.code if isinstance(exc.code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
+        return Failure(code, exc.reason or code.name, exc.message, exc.kafka_exception, exc.retry_after_s)
     for kind, code, reason, retryable in _KNOWN:
         if isinstance(exc, kind):
             message = str(exc)
