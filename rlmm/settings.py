@@ -39,6 +39,11 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def join_address(host: str, port: int) -> str:
+    """(host, port) -> ``host:port`` (``[v6]:port``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLMM_", extra="forbid")
 
@@ -79,6 +84,12 @@ class Settings(BaseSettings):
         False,
         description="Accept write_tokens without TLS, where they travel in clear: only on loopback or a "
         "network protected otherwise.",
+    )
+    workers: int = Field(
+        1,
+        ge=1,
+        description="Serving processes on the one port (SO_REUSEPORT): the first consumes and writes the view, "
+        "the others read it as RocksDB secondary instances and forward writes to it.",
     )
     read_threads: int = Field(2, ge=1, description="Threads answering reads (more only adds contention here).")
     stream_threads: int = Field(4, ge=1, description="Threads serving ListRemoteLogSegments streams.")

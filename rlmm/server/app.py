@@ -9,6 +9,7 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -20,7 +21,8 @@ from rlmm.server.backend import Backend
 from rlmm.server.metrics import Metrics
 from rlmm.server.reflection import enable_reflection
 from rlmm.server.servicer import SERVICE_NAME, RlmmServicer, add_to_server
-from rlmm.settings import Settings, split_address
+from rlmm.server.sharing import CommitCounter, RuntimeDir
+from rlmm.settings import Settings, join_address, split_address
 from rlmm.state.view import View, reset_view
 
 log = logging.getLogger(__name__)
@@ -46,9 +48,21 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
 
 
 class RlmmServer:
-    """``RlmmServer(backend, settings).start()``; ``port`` is the bound port, ``stop`` drains."""
+    """``RlmmServer(backend, settings).start()``; ``port`` is the bound port, ``stop`` drains.
 
-    def __init__(self, backend: Backend, settings: Settings, metrics: Metrics | None = None) -> None:
+    ``reuse_port``: share the port with the other workers of ``rlmm serve --workers`` (otherwise a second
+    server on the port fails); ``private_socket``: listen there instead, a unix socket in plaintext without
+    write authorization, for the secondary workers (which check it themselves)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        settings: Settings,
+        metrics: Metrics | None = None,
+        *,
+        reuse_port: bool = False,
+        private_socket: Path | None = None,
+    ) -> None:
         self.backend = backend
         self.settings = settings
         self.metrics = metrics or Metrics()
@@ -57,8 +71,11 @@ class RlmmServer:
             "stream": ThreadPoolExecutor(settings.stream_threads, "rlmm-stream"),
             "write": ThreadPoolExecutor(settings.write_threads, "rlmm-write"),
         }
-        if settings.write_tokens and settings.tls_cert is None:
-            log.warning("write tokens are accepted without TLS (write_tokens_over_plaintext): they travel in clear")
+        auth = WriteAuthorization()
+        if private_socket is None:
+            auth = WriteAuthorization(settings.write_subjects, [t.get_secret_value() for t in settings.write_tokens])
+            if settings.write_tokens and settings.tls_cert is None:
+                log.warning("write tokens are accepted without TLS (write_tokens_over_plaintext): they travel in clear")
         self.servicer = RlmmServicer(
             backend,
             metrics=self.metrics,
@@ -66,7 +83,7 @@ class RlmmServer:
             max_batch_lookups=settings.max_batch_lookups,
             stream_chunk=settings.stream_chunk,
             retry_after_s=settings.retry_after_ms / 1000,
-            auth=WriteAuthorization(settings.write_subjects, [t.get_secret_value() for t in settings.write_tokens]),
+            auth=auth,
         )
         # health answers Watch from the stream pool, so that a watcher never holds a read thread
         self.health = health.HealthServicer(
@@ -75,16 +92,23 @@ class RlmmServer:
         self._server = grpc.server(
             self._pools["read"],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
-            options=[("grpc.so_reuseport", 0)],
-        )  # a second server on the port fails
+            options=[("grpc.so_reuseport", int(reuse_port))],
+        )
         add_to_server(self.servicer, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         enable_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), self._server)
+        if private_socket is not None:
+            self.port = self._server.add_insecure_port(f"unix:{private_socket}")
+        else:
+            self.port = self._listen(settings)
+        self._stopping = threading.Event()
+        self._health_thread = threading.Thread(target=self._watch_health, name="rlmm-health", daemon=True)
+
+    def _listen(self, settings: Settings) -> int:
         credentials = server_credentials(settings)
-        host, port = split_address(settings.listen)
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        address = join_address(*split_address(settings.listen))
         try:
-            self.port = (
+            return (
                 self._server.add_secure_port(address, credentials)
                 if credentials is not None
                 else self._server.add_insecure_port(address)
@@ -94,8 +118,6 @@ class RlmmServer:
                 f"cannot listen on {settings.listen}: the address is in use or not local; choose "
                 f"another (--listen, RLMM_LISTEN)"
             ) from exc
-        self._stopping = threading.Event()
-        self._health_thread = threading.Thread(target=self._watch_health, name="rlmm-health", daemon=True)
 
     def start(self) -> RlmmServer:
         self._set_health(self.backend.serving())
@@ -143,11 +165,15 @@ class RlmmServer:
         log.info("stopped serving")
 
 
-def run(settings: Settings, started: Callable[[dict], None], reset: bool = False) -> None:
+def run(
+    settings: Settings, started: Callable[[dict], None], reset: bool = False, runtime: RuntimeDir | None = None
+) -> None:
     """Open the view, start the consumer (with Kafka) and the server, and serve until SIGTERM/SIGINT; then
     drain the calls in flight, stop the consumer, flush and close the view. ``started`` gets the bound
     ports once serving. ``reset``: set the existing view aside and consume the topic again from the start
-    into a fresh one, with the same registered partitions."""
+    into a fresh one, with the same registered partitions. ``runtime``: serve as the primary worker of
+    ``rlmm serve --workers`` (the port shared, the secondaries' socket and commit counter there, metrics
+    on a loopback port of its own, which the supervisor gathers)."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -155,8 +181,13 @@ def run(settings: Settings, started: Callable[[dict], None], reset: bool = False
     partitions = settings.initial_partitions()
     if reset:
         partitions += reset_view(settings.view)
+    counter = None if runtime is None else CommitCounter(runtime.commits)
     with View(
-        settings.view, sync=settings.sync, cache_mb=settings.cache_mb, row_cache_mb=settings.row_cache_mb
+        settings.view,
+        sync=settings.sync,
+        cache_mb=settings.cache_mb,
+        row_cache_mb=settings.row_cache_mb,
+        on_commit=None if counter is None else counter.bump,
     ) as view:
         manager = None if config is None else RemoteLogMetadataManager(view, config, partitions)
         if manager is not None:
@@ -165,13 +196,16 @@ def run(settings: Settings, started: Callable[[dict], None], reset: bool = False
             backend = Backend(view, manager)
             metrics = Metrics()
             metrics.watch(backend)
-            server = RlmmServer(backend, settings, metrics).start()
+            servers = [RlmmServer(backend, settings, metrics, reuse_port=runtime is not None).start()]
+            if runtime is not None:
+                servers.append(RlmmServer(backend, settings, private_socket=runtime.primary_socket).start())
             metrics_port = None
             if settings.metrics_listen is not None:
+                host, port = ("127.0.0.1", 0) if runtime is not None else split_address(settings.metrics_listen)
                 try:
-                    metrics_port = metrics.serve_http(*split_address(settings.metrics_listen))
+                    metrics_port = metrics.serve_http(host, port)
                 except OSError as exc:
-                    server.stop(0)
+                    _stop_all(servers, 0)
                     raise ServeError(
                         f"cannot serve metrics on {settings.metrics_listen} ({exc.strerror}): choose "
                         f"another address (--metrics-listen, RLMM_METRICS_LISTEN)"
@@ -179,7 +213,7 @@ def run(settings: Settings, started: Callable[[dict], None], reset: bool = False
             started(
                 {
                     "event": "serving",
-                    "port": server.port,
+                    "port": servers[0].port,
                     "metrics_port": metrics_port,
                     "consumes": manager is not None,
                     "pid": os.getpid(),
@@ -187,9 +221,20 @@ def run(settings: Settings, started: Callable[[dict], None], reset: bool = False
             )
             stop.wait()
             log.info("stopping: draining calls in flight", extra={"grace_s": settings.grace_s})
-            server.stop()
+            _stop_all(servers)
         finally:
             if manager is not None:
                 manager.close()
             view.flush()
+            if counter is not None:
+                counter.close()
     log.info("view closed", extra={"view": str(settings.view)})
+
+
+def _stop_all(servers: list[RlmmServer], grace: float | None = None) -> None:
+    """Stop the servers at once, each draining its calls in flight."""
+    stopping = [threading.Thread(target=server.stop, args=(grace,)) for server in servers]
+    for thread in stopping:
+        thread.start()
+    for thread in stopping:
+        thread.join()

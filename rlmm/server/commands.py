@@ -40,6 +40,12 @@ from rlmm.records.canonical import to_canonical
 )
 @click.option("--grace-s", type=float, help="Seconds in-flight calls get on SIGTERM [30].")
 @click.option(
+    "--workers",
+    type=int,
+    help="Serving processes on the port [1]: one consumes and writes the view, the others read it and "
+    "forward writes to the first (docs/operations.md).",
+)
+@click.option(
     "--reset",
     is_flag=True,
     help="Set the existing view aside (VIEW.reset-TIMESTAMP, nothing is deleted) and consume the topic "
@@ -49,12 +55,14 @@ from rlmm.records.canonical import to_canonical
 def serve(config_file: Path | None, kafka: tuple[str, ...], reset: bool, **flags) -> None:
     """Serve the RLMM gRPC API over a view, consuming Kafka into it when bootstrap servers are given.
 
-    Prints one JSON line {"event": "serving", "port": ..., "metrics_port": ..., "pid": ...} once serving.
-    SIGTERM/SIGINT: health turns NOT_SERVING, calls in flight finish (within the grace period), the
-    consumer stops, the view is flushed and closed."""
+    Prints one JSON line {"event": "serving", "port": ..., "metrics_port": ..., "pid": ...} once serving
+    (with --workers N > 1, "pid" is the supervisor's and "workers" the workers' pids). SIGTERM/SIGINT:
+    health turns NOT_SERVING, calls in flight finish (within the grace period), the consumer stops, the
+    view is flushed and closed."""
     from rlmm.errors import ServeError
     from rlmm.logs import setup_logging
     from rlmm.server.app import run
+    from rlmm.server.workers import serve_workers
 
     config = settings_from_command_line(config_file, kafka, **flags)
     if reset and config.rlmm_config() is None:
@@ -68,7 +76,8 @@ def serve(config_file: Path | None, kafka: tuple[str, ...], reset: bool, **flags
     setup_logging(config.log_level, config.log_format)
     try:
         with view_errors(config.view):
-            run(config, lambda line: click.echo(json.dumps(line)), reset=reset)
+            serve_with = run if config.workers == 1 else serve_workers
+            serve_with(config, lambda line: click.echo(json.dumps(line)), reset=reset)
     except ServeError as exc:
         raise Failure(str(exc)) from None
 

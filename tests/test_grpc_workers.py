@@ -1,0 +1,313 @@
+"""``rlmm serve --workers 2`` as real processes on the test broker: every call answers as with one worker,
+from each worker; a write through one worker is read at once from the other; a worker killed with
+SIGKILL is restarted while the other answers; SIGTERM stops them all."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rlmm.client import RlmmClient
+from rlmm.errors import CallError
+from rlmm.records.model import PartitionDeleteState, SegmentState, SegmentUpdate
+from tests.grpc_support import TS, finished, new_tp, partition_delete, segment
+
+RLMM = [sys.executable, "-m", "rlmm.cli"]
+WAIT_S = 60  # only so that a broken server fails the test instead of hanging it
+
+
+class Served:
+    def __init__(self, process: subprocess.Popen, line: dict, log: Path) -> None:
+        self.process, self.line, self.log = process, line, log
+        self.port, self.metrics_port = line["port"], line["metrics_port"]
+
+    def client(self, **kwargs) -> RlmmClient:
+        """A client on connections of its own (grpcio would otherwise share one between clients)."""
+        return RlmmClient(f"127.0.0.1:{self.port}", options=[("grpc.use_local_subchannel_pool", 1)], **kwargs)
+
+    def metrics(self) -> dict[tuple[str, tuple], float]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=30).read().decode()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    def status_calls(self) -> dict[str, float]:
+        """GetStatus calls answered, by worker."""
+        return {
+            dict(labels)["worker"]: value
+            for (name, labels), value in self.metrics().items()
+            if name == "rlmm_grpc_requests_total" and ("method", "GetStatus") in labels
+        }
+
+    @contextmanager
+    def pinned_clients(self, workers: int = 2, **kwargs) -> Iterator[dict[str, RlmmClient]]:
+        """One client per worker (by index), each on a connection the kernel gave to that worker."""
+        found: dict[str, RlmmClient] = {}
+        spare = []
+        try:
+            for _ in range(100):
+                rlmm = self.client(retry_for=WAIT_S, **kwargs)
+                before = self.status_calls()
+                rlmm.status()
+                after = self.status_calls()
+                [worker] = [w for w, n in after.items() if n != before.get(w, 0)]
+                (spare.append(rlmm) if worker in found else found.setdefault(worker, rlmm))
+                if len(found) == workers:
+                    break
+            assert len(found) == workers, f"100 connections reached only the workers {sorted(found)}"
+            yield found
+        finally:
+            for rlmm in [*found.values(), *spare]:
+                rlmm.close()
+
+
+@contextmanager
+def serve(tmp: Path, kafka, topic: str, *flags: str, env: dict[str, str] | None = None) -> Iterator[Served]:
+    log = tmp / f"serve-{uuid.uuid4().hex[:6]}.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            [
+                *RLMM,
+                "serve",
+                "--view",
+                str(tmp / "view"),
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "-b",
+                kafka.bootstrap_servers,
+                *(
+                    f"--set=remote.log.metadata.{name}"
+                    for name in (
+                        f"topic.name={topic}",
+                        "topic.num.partitions=1",
+                        "topic.replication.factor=1",
+                        "topic.min.insync.replicas=1",
+                    )
+                ),
+                *flags,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+    try:
+        line = process.stdout.readline()
+        assert line, f"rlmm serve ended before serving: {log.read_text()[-3000:]}"
+        yield Served(process, json.loads(line), log)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def answer(call, *args) -> object:
+    """The answer, or the error as the caller sees it."""
+    try:
+        result = call(*args)
+    except CallError as exc:
+        return _error(exc)
+    return [_error(r) if isinstance(r, CallError) else r for r in result] if isinstance(result, list) else result
+
+
+def _error(exc: CallError) -> tuple:
+    return (type(exc).__name__, exc.code.name, exc.reason, exc.message, exc.kafka_exception)
+
+
+TP, GONE, UNKNOWN = new_tp("orders", 3), new_tp("orders", 4), new_tp("orders", 5)
+SEGMENTS = [
+    segment(TP, 0, 99),
+    segment(TP, 100, 199, txn_empty=False, custom=b"\x00rsm"),
+    segment(TP, 200, 299, epoch=1),
+    segment(TP, 300, 399, epoch=1),
+]
+
+
+def reads() -> list[tuple]:
+    calls: list[tuple] = [("is_ready", p) for p in (TP, GONE, UNKNOWN)]
+    for p in (TP, GONE, UNKNOWN):
+        calls += [("list_remote_log_segments", p), ("remote_log_size", p), ("max_timestamp", p)]
+        lookups = [(p, e, o) for e in (0, 1) for o in (50, 150, 350)]
+        calls += [("remote_log_segment_metadata_batch", lookups), ("batch_as_messages", lookups)]
+        for epoch in (0, 1, 2):
+            calls += [
+                ("highest_offset_for_epoch", p, epoch),
+                ("list_epoch_segments", p, epoch),
+                ("remote_log_size", p, epoch),
+            ]
+            calls += [
+                (name, p, epoch, offset)
+                for offset in (0, 150, 250, 350, 400)
+                for name in ("remote_log_segment_metadata", "next_segment_with_txn_index")
+            ]
+            calls += [
+                ("first_segment_with_max_timestamp_at_least", p, epoch, ts, offset)
+                for ts in (0, TS + 150, TS + 400)
+                for offset in (0, 250)
+            ]
+    return calls
+
+
+def writes() -> list[tuple]:
+    """Writes Kafka's rules refuse, or that change no answer (a segment of a partition nobody registered)."""
+    return [
+        ("add_remote_log_segment_metadata", segment(TP, 500, 599, state=SegmentState.COPY_SEGMENT_FINISHED)),
+        (
+            "update_remote_log_segment_metadata",
+            SegmentUpdate(TP, SEGMENTS[0].segment_id, 1, 1, None, SegmentState.COPY_SEGMENT_STARTED),
+        ),
+        ("update_remote_log_segment_metadata", finished(segment(UNKNOWN, 0, 9))),
+    ]
+
+
+def answers(rlmm: RlmmClient) -> list:
+    as_messages = functools.partial(rlmm.remote_log_segment_metadata_batch, kafka_values=False)
+    return [
+        answer(as_messages if name == "batch_as_messages" else getattr(rlmm, name), *args)
+        for name, *args in reads() + writes()
+    ]
+
+
+@pytest.fixture(scope="module")
+def workers(kafka, tmp_path_factory) -> Iterator[tuple[Served, list]]:
+    """The answers of one worker over a view it wrote, then two workers serving that view."""
+    tmp = tmp_path_factory.mktemp("workers")
+    topic = f"rlmm-workers-{uuid.uuid4().hex[:12]}"
+    with serve(tmp, kafka, topic) as one:
+        assert "workers" not in one.line  # --workers 1: today's single process
+        with one.client(retry_for=WAIT_S) as rlmm:
+            rlmm.on_partition_leadership_changes([TP, GONE], [])
+            assert rlmm.wait_ready([TP, GONE], timeout=WAIT_S)
+            for seg in SEGMENTS:
+                rlmm.add_remote_log_segment_metadata(seg)
+            for seg in SEGMENTS[:3]:
+                rlmm.update_remote_log_segment_metadata(finished(seg))  # the last stays COPY_SEGMENT_STARTED
+            rlmm.add_remote_log_segment_metadata(segment(GONE, 0, 9))
+            for state in PartitionDeleteState:
+                rlmm.put_remote_partition_delete_metadata(partition_delete(GONE, state))
+            expected = answers(rlmm)
+        one.process.send_signal(signal.SIGTERM)
+        assert one.process.wait(WAIT_S) == 0
+    with serve(tmp, kafka, topic, "--workers", "2") as two:
+        assert len(two.line["workers"]) == 2 and two.line["pid"] == two.process.pid
+        yield two, expected
+
+
+def test_every_call_answers_from_each_worker_as_with_one_worker(workers) -> None:
+    served, expected = workers
+    assert any(isinstance(a, tuple) and a[0] == "RefusedError" for a in expected)  # errors are compared too
+    assert any(isinstance(a, tuple) and a[0] == "NotFoundError" for a in expected)
+    with served.pinned_clients() as pinned:
+        assert pinned["0"].wait_ready([TP], timeout=WAIT_S)  # the restarted primary loads the partition again
+        for worker, rlmm in pinned.items():
+            assert answers(rlmm) == expected, f"worker {worker}"
+        statuses = [rlmm.status() for rlmm in pinned.values()]
+        assert statuses[0] == statuses[1] and statuses[0]["serving"] and statuses[0]["consumes"]
+        assert [rlmm.health() for rlmm in pinned.values()] == ["SERVING", "SERVING"]
+
+
+def test_a_write_through_one_worker_is_read_at_once_from_the_other(workers) -> None:
+    served, _ = workers
+    with served.pinned_clients() as pinned:
+        for writer, reader in (("1", "0"), ("0", "1"), ("1", "1")):
+            tp = new_tp(f"ryw-{writer}-{reader}")
+            pinned[writer].on_partition_leadership_changes([tp], [])
+            assert pinned[reader].wait_ready([tp], timeout=WAIT_S)
+            seg = segment(tp, 0, 9)
+            pinned[writer].add_remote_log_segment_metadata(seg)
+            assert [s.segment_id for s in pinned[reader].list_remote_log_segments(tp)] == [seg.segment_id]
+            assert pinned[reader].remote_log_segment_metadata(tp, 0, 5) is None
+            pinned[writer].update_remote_log_segment_metadata(finished(seg))
+            assert pinned[reader].remote_log_segment_metadata(tp, 0, 5).segment_id == seg.segment_id
+            pinned[writer].put_remote_partition_delete_metadata(
+                partition_delete(tp, PartitionDeleteState.DELETE_PARTITION_FINISHED)
+            )
+            assert answer(pinned[reader].remote_log_size, tp)[0] == "NotFoundError"
+    assert served.metrics()[("rlmm_view_catch_ups_total", (("worker", "1"),))] > 0
+
+
+def test_each_worker_checks_write_authorization(kafka, tmp_path) -> None:
+    topic = f"rlmm-workers-{uuid.uuid4().hex[:12]}"
+    tokens = {"RLMM_WRITE_TOKENS": json.dumps(["s3cret"])}  # a secret setting, handed to the workers
+    with serve(tmp_path, kafka, topic, "--workers", "2", "--write-tokens-over-plaintext", env=tokens) as served:
+        with (
+            served.pinned_clients() as anonymous,
+            served.pinned_clients(token="wrong") as strangers,
+            served.pinned_clients(token="s3cret") as writers,
+        ):
+            for worker, other in (("0", "1"), ("1", "0")):
+                tp = new_tp(f"auth-{worker}")
+                assert answer(anonymous[worker].on_partition_leadership_changes, [tp], [])[:2] == (
+                    "AccessDeniedError",
+                    "UNAUTHENTICATED",
+                )
+                seg = segment(tp, 0, 9)
+                assert answer(strangers[worker].add_remote_log_segment_metadata, seg)[:2] == (
+                    "AccessDeniedError",
+                    "PERMISSION_DENIED",
+                )
+                writers[worker].on_partition_leadership_changes([tp], [])
+                assert writers[other].wait_ready([tp], timeout=WAIT_S)
+                writers[worker].add_remote_log_segment_metadata(seg)
+                assert [s.segment_id for s in anonymous[other].list_remote_log_segments(tp)] == [seg.segment_id]
+
+
+def _wait_restarted(served: Served, worker: str, restarts: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        metrics = served.metrics()
+        if (
+            metrics.get(("rlmm_worker_restarts_total", (("worker", worker),))) == restarts
+            and metrics.get(("rlmm_worker_up", (("worker", worker),))) == 1
+        ):
+            return
+        time.sleep(0.1)
+    pytest.fail(f"worker {worker} was not restarted: {served.log.read_text()[-3000:]}")
+
+
+def test_a_worker_killed_is_restarted_and_the_service_answers_meanwhile(workers) -> None:
+    served, expected = workers
+    for worker in ("1", "0"):  # a secondary, then the primary (each for the first time: its pid is the first)
+        os.kill(served.line["workers"][int(worker)], signal.SIGKILL)
+        with served.client(retry_for=WAIT_S) as rlmm:  # new connections reach a living worker
+            assert rlmm.wait_ready([TP], timeout=WAIT_S)  # a restarted primary loads the partition again
+            assert answers(rlmm) == expected
+        _wait_restarted(served, worker, 1)
+        with served.pinned_clients() as pinned:
+            assert pinned["0"].wait_ready([TP], timeout=WAIT_S)
+            for rlmm in pinned.values():
+                assert answers(rlmm) == expected
+            tp = new_tp(f"after-restart-{worker}")
+            pinned["1"].on_partition_leadership_changes([tp], [])
+            assert pinned["0"].wait_ready([tp], timeout=WAIT_S)
+            seg = segment(tp, 0, 9)
+            pinned["1"].add_remote_log_segment_metadata(seg)
+            assert [s.segment_id for s in pinned["0"].list_remote_log_segments(tp)] == [seg.segment_id]
+
+
+def test_sigterm_stops_every_worker(workers) -> None:
+    served, _ = workers
+    children = psutil.Process(served.process.pid).children()
+    assert len(children) >= 2
+    served.process.send_signal(signal.SIGTERM)
+    assert served.process.wait(WAIT_S) == 0
+    _, alive = psutil.wait_procs(children, timeout=WAIT_S)
+    assert not alive
