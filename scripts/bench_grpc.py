@@ -1,6 +1,6 @@
 """Benchmark of the gRPC service over loopback, clients in separate processes.
 
-    python scripts/bench_grpc.py [--segments 1000000] [--json]
+    python scripts/bench_grpc.py [--segments 1000000] [--workers 1,2] [--json]
 
 A view with ``--segments`` COPY_SEGMENT_FINISHED segments (100 partitions, 10 leader epochs each, a
 fifth with a transaction index) is built once with ``View.batch()`` (no broker) and kept in
@@ -20,6 +20,11 @@ fifth with a transaction index) is built once with ``View.batch()`` (no broker) 
   lookup of every segment, so that the server's caches are as warm as those of a server that has
   served fetchers for a while;
 * ``ListRemoteLogSegments`` of a partition of 10,000 segments: time to receive the whole stream.
+
+``--workers 1,2`` measures the unary calls (and their floor) once per server started with ``rlmm serve
+--workers N``, the server's CPU summed over all its processes (``by_workers``), and their calls/s and CPU
+per call relative to the first (``workers_qps_ratio``, ``workers_cpu_ratio``); the batch calls and the
+stream are measured on the first. Clients and workers share the machine's cores.
 
 Clients use the generated stubs directly, so what is measured is the server and the transport.
 """
@@ -288,7 +293,7 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
 
 
-def serve(view_dir: Path, cache_mb: int, row_cache_mb: int) -> tuple[subprocess.Popen, int]:
+def serve(view_dir: Path, cache_mb: int, row_cache_mb: int, workers: int = 1) -> tuple[subprocess.Popen, int]:
     env = {**os.environ, "RLMM_CACHE_MB": str(cache_mb), "RLMM_ROW_CACHE_MB": str(row_cache_mb)}
     process = subprocess.Popen(
         [
@@ -302,6 +307,8 @@ def serve(view_dir: Path, cache_mb: int, row_cache_mb: int) -> tuple[subprocess.
             "127.0.0.1:0",
             "--log-level",
             "warning",
+            "--workers",
+            str(workers),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -309,6 +316,56 @@ def serve(view_dir: Path, cache_mb: int, row_cache_mb: int) -> tuple[subprocess.
     )
     line = json.loads(process.stdout.readline())
     return process, line["port"]
+
+
+def server_cpu_s(server: subprocess.Popen) -> float:
+    """CPU time (user + system) of the server: every thread of every process (the workers of --workers)."""
+    root = psutil.Process(server.pid)
+    return sum(sum(p.cpu_times()[:2]) for p in [root, *root.children(recursive=True)])
+
+
+def measure_unary(server: subprocess.Popen, port: int, per_partition: int, seconds: float, workers: int) -> dict:
+    report: dict = {}
+    for prefix, floor in (("unary", False), ("unary_floor", True)):
+        for name in ("p50_ms", "p99_ms", "qps", "server_cpu_us_per_call"):
+            report[f"{prefix}_{name}"] = {}
+        for clients in (1, 8):
+            cpu_before = server_cpu_s(server)
+            runs = run_clients(unary_client, clients, (port, per_partition, seconds, floor))
+            cpu_spent = server_cpu_s(server) - cpu_before
+            latencies = sorted(x for run in runs for x in run)
+            report[f"{prefix}_server_cpu_us_per_call"][str(clients)] = round(cpu_spent / len(latencies) * 1e6, 1)
+            report[f"{prefix}_p50_ms"][str(clients)] = round(_percentile(latencies, 0.5) * 1000, 3)
+            report[f"{prefix}_p99_ms"][str(clients)] = round(_percentile(latencies, 0.99) * 1000, 3)
+            report[f"{prefix}_qps"][str(clients)] = round(len(latencies) / seconds)
+            log(
+                f"{workers} worker(s), {'health Check (the floor)' if floor else 'unary'}, {clients} client(s): "
+                f"{report[f'{prefix}_qps'][str(clients)]} calls/s, p50 {report[f'{prefix}_p50_ms'][str(clients)]} "
+                f"ms, p99 {report[f'{prefix}_p99_ms'][str(clients)]} ms, server CPU "
+                f"{report[f'{prefix}_server_cpu_us_per_call'][str(clients)]} us per call"
+            )
+    report["unary_server_cpu_of_floor"] = {
+        clients: round(us / report["unary_floor_server_cpu_us_per_call"][clients], 2)
+        for clients, us in report["unary_server_cpu_us_per_call"].items()
+    }
+    report["unary_qps_of_floor"] = {
+        clients: round(qps / report["unary_floor_qps"][clients], 2) for clients, qps in report["unary_qps"].items()
+    }
+    return report
+
+
+def measure_batches(report: dict, port: int, per_partition: int, args: argparse.Namespace) -> None:
+    log(f"warmed up with a lookup of every segment in {warm_up(port, per_partition, args.batch):.0f} s")
+    for key, mode in BATCH_MODES.items():
+        runs = run_clients(batch_client, args.batch_clients, (port, per_partition, args.seconds, args.batch, mode))
+        report[key] = round(sum(n for n, _ in runs) / max(t for _, t in runs))
+        log(f"batch lookups, {mode}: {report[key]:,}/s ({args.batch_clients} clients, {args.batch} per call)")
+    report["batch_modes"] = BATCH_MODES
+    report["batch_size"] = args.batch
+    report["batch_clients"] = args.batch_clients
+    report["stream_10k_ms"], report["stream_segments"] = stream_ms(port)
+    report["stream_10k_ms"] = round(report["stream_10k_ms"], 1)
+    log(f"stream of {report['stream_segments']:,} segments: {report['stream_10k_ms']} ms")
 
 
 def main() -> None:
@@ -335,6 +392,11 @@ def main() -> None:
         default=320,
         help="The served view's row cache (the offset index entries of 1M segments take ~260 MB).",
     )
+    parser.add_argument(
+        "--workers",
+        default="1",
+        help="Comma-separated worker counts (rlmm serve --workers) to measure the unary calls with, e.g. 1,2.",
+    )
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = parser.parse_args()
     per_partition = args.segments // PARTITIONS
@@ -346,49 +408,31 @@ def main() -> None:
         build_view(view_dir, args.segments)
         stamp.write_text(str(args.segments))
         log(f"built in {time.perf_counter() - started:.0f} s")
-    server, port = serve(view_dir, args.cache_mb, args.row_cache_mb)
-    try:
-        report: dict = {"segments": args.segments, "cache_mb": args.cache_mb, "row_cache_mb": args.row_cache_mb}
-        server_cpu = psutil.Process(server.pid)
-        for prefix, floor in (("unary", False), ("unary_floor", True)):
-            for name in ("p50_ms", "p99_ms", "qps", "server_cpu_us_per_call"):
-                report[f"{prefix}_{name}"] = {}
-            for clients in (1, 8):
-                cpu_before = sum(server_cpu.cpu_times()[:2])  # user + system, every thread of the server
-                runs = run_clients(unary_client, clients, (port, per_partition, args.seconds, floor))
-                cpu_spent = sum(server_cpu.cpu_times()[:2]) - cpu_before
-                latencies = sorted(x for run in runs for x in run)
-                report[f"{prefix}_server_cpu_us_per_call"][str(clients)] = round(cpu_spent / len(latencies) * 1e6, 1)
-                report[f"{prefix}_p50_ms"][str(clients)] = round(_percentile(latencies, 0.5) * 1000, 3)
-                report[f"{prefix}_p99_ms"][str(clients)] = round(_percentile(latencies, 0.99) * 1000, 3)
-                report[f"{prefix}_qps"][str(clients)] = round(len(latencies) / args.seconds)
-                log(
-                    f"{'health Check (the floor)' if floor else 'unary'}, {clients} client(s): "
-                    f"{report[f'{prefix}_qps'][str(clients)]} calls/s, p50 {report[f'{prefix}_p50_ms'][str(clients)]} "
-                    f"ms, p99 {report[f'{prefix}_p99_ms'][str(clients)]} ms, server CPU "
-                    f"{report[f'{prefix}_server_cpu_us_per_call'][str(clients)]} us per call"
-                )
-        report["unary_server_cpu_of_floor"] = {
-            clients: round(us / report["unary_floor_server_cpu_us_per_call"][clients], 2)
-            for clients, us in report["unary_server_cpu_us_per_call"].items()
+    report: dict = {"segments": args.segments, "cache_mb": args.cache_mb, "row_cache_mb": args.row_cache_mb}
+    workers = [int(n) for n in args.workers.split(",")]
+    report["by_workers"] = {}
+    for n in workers:
+        server, port = serve(view_dir, args.cache_mb, args.row_cache_mb, n)
+        try:
+            unary = report["by_workers"][str(n)] = measure_unary(server, port, per_partition, args.seconds, n)
+            if n == workers[0]:
+                report.update(unary)
+                measure_batches(report, port, per_partition, args)
+        finally:
+            server.terminate()
+            server.wait(60)
+    first = report["by_workers"][str(workers[0])]
+    report["workers_qps_ratio"] = {
+        n: {c: round(qps / first["unary_qps"][c], 2) for c, qps in run["unary_qps"].items()}
+        for n, run in report["by_workers"].items()
+    }
+    report["workers_cpu_ratio"] = {
+        n: {
+            c: round(us / first["unary_server_cpu_us_per_call"][c], 2)
+            for c, us in run["unary_server_cpu_us_per_call"].items()
         }
-        report["unary_qps_of_floor"] = {
-            clients: round(qps / report["unary_floor_qps"][clients], 2) for clients, qps in report["unary_qps"].items()
-        }
-        log(f"warmed up with a lookup of every segment in {warm_up(port, per_partition, args.batch):.0f} s")
-        for key, mode in BATCH_MODES.items():
-            runs = run_clients(batch_client, args.batch_clients, (port, per_partition, args.seconds, args.batch, mode))
-            report[key] = round(sum(n for n, _ in runs) / max(t for _, t in runs))
-            log(f"batch lookups, {mode}: {report[key]:,}/s ({args.batch_clients} clients, {args.batch} per call)")
-        report["batch_modes"] = BATCH_MODES
-        report["batch_size"] = args.batch
-        report["batch_clients"] = args.batch_clients
-        report["stream_10k_ms"], report["stream_segments"] = stream_ms(port)
-        report["stream_10k_ms"] = round(report["stream_10k_ms"], 1)
-        log(f"stream of {report['stream_segments']:,} segments: {report['stream_10k_ms']} ms")
-    finally:
-        server.terminate()
-        server.wait(60)
+        for n, run in report["by_workers"].items()
+    }
     report["targets"] = TARGETS
     report["met"] = {
         "unary_p99_ms@8": report["unary_p99_ms"]["8"] <= TARGETS["unary_p99_ms@8"],
