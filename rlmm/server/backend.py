@@ -37,6 +37,19 @@ class Status:
     def quarantined(self) -> int:
         return self.counters.get("quarantined", 0)
 
+    @classmethod
+    def unreadable(cls, failure: str, consumes: bool) -> Status:
+        """A status without rows: what holds them (the view, the primary worker) could not be read."""
+        return cls(
+            serving=False,
+            consumes=consumes,
+            failure=failure,
+            metadata_partitions=[],
+            registered_partitions=0,
+            loading_partitions=0,
+            segments=0,
+        )
+
 
 class Backend:
     def __init__(self, view: View, manager: RemoteLogMetadataManager | None = None) -> None:
@@ -129,15 +142,7 @@ class Backend:
             applied = self.view.metadata_offsets()
             counters = self.view.counters()
         except ViewError as exc:
-            return Status(
-                serving=False,
-                consumes=consumes,
-                failure=f"{type(exc).__name__}: {exc}",
-                metadata_partitions=[],
-                registered_partitions=0,
-                loading_partitions=0,
-                segments=0,
-            )
+            return Status.unreadable(f"{type(exc).__name__}: {exc}", consumes)
         live = [row for row in rows if row.assigned and not row.removed]
         partitions = [
             MetadataPartitionStatus(

@@ -179,14 +179,8 @@ class SecondaryBackend(Backend):
         try:
             status = self.primary.client.status()
         except CallError as exc:
-            return Status(
-                serving=False,
-                consumes=False,
-                failure=f"PrimaryUnavailableError: the primary worker does not answer ({exc.code.name})",
-                metadata_partitions=[],
-                registered_partitions=0,
-                loading_partitions=0,
-                segments=0,
+            return Status.unreadable(
+                f"PrimaryUnavailableError: the primary worker does not answer ({exc.code.name})", consumes=False
             )
         return Status(
             serving=status["serving"] and self.view.fault is None,
