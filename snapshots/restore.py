@@ -10,7 +10,7 @@ from pathlib import Path
 from rlmm.errors import SnapshotError
 from rlmm.records.model import TopicIdPartition
 from rlmm.state import keys as K
-from rlmm.state.export import PartitionState, partition_state, partitions, write_partition_state
+from rlmm.state.export import PartitionState, partition_state, partitions, write_partition_state, write_view_rows
 from rlmm.state.kv import MemoryKV, ReadKV, scan
 from rlmm.state.rows import PartitionRow
 from rlmm.state.view import View, write_load_file
@@ -41,11 +41,7 @@ def write_snapshot_rows(kv, snapshot: Snapshot) -> None:
     """Every row of a restored view (besides the view's own meta rows) into ``kv``."""
     for i, state in enumerate(snapshot.states):
         write_partition_state(kv, state, tpid=K.u32(i))
-    kv.put(K.META, K.NEXT_TPID_KEY, K.u32(len(snapshot.states)))
-    for mp, offset in snapshot.metadata_offsets.items():
-        kv.put(K.METADATA_OFFSETS, K.u32(mp), K.offset_bytes(offset))
-    for q in snapshot.quarantine:
-        kv.put(K.QUARANTINE, K.quarantine_key(q.metadata_partition, q.offset), q.pack())
+    write_view_rows(kv, len(snapshot.states), snapshot.metadata_offsets, snapshot.quarantine)
 
 
 def _partition_rows(job: tuple) -> dict:

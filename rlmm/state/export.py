@@ -10,6 +10,7 @@ aggregates) by the machine's own ``EpochIndex``. Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rlmm.errors import StateError
@@ -19,6 +20,7 @@ from rlmm.state import keys as K
 from rlmm.state.epoch_index import EpochIndex
 from rlmm.state.kv import ReadKV, WriteKV, scan
 from rlmm.state.machine import decode_segment, segment_max_timestamp_key
+from rlmm.state.quarantine import QuarantinedRecord
 from rlmm.state.rows import EpochRow, PartitionRow, RefEntry
 
 
@@ -144,3 +146,14 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
     )
     kv.put(K.PARTITIONS, K.tp_identity(tp), row.pack())
     return tpid
+
+
+def write_view_rows(
+    kv: WriteKV, next_tpid: int, metadata_offsets: Mapping[int, int], quarantine: Iterable[QuarantinedRecord]
+) -> None:
+    """A restored view's rows besides its partitions': the next tpid, the consumed offsets, the quarantine."""
+    kv.put(K.META, K.NEXT_TPID_KEY, K.u32(next_tpid))
+    for mp, offset in metadata_offsets.items():
+        kv.put(K.METADATA_OFFSETS, K.u32(mp), K.offset_bytes(offset))
+    for q in quarantine:
+        kv.put(K.QUARANTINE, K.quarantine_key(q.metadata_partition, q.offset), q.pack())

@@ -23,6 +23,7 @@ from rlmm.records.model import TopicIdPartition
 from rlmm.state import keys as K
 from rlmm.state.cache import CachedReadKV
 from rlmm.state.classify import classify
+from rlmm.state.export import write_view_rows
 from rlmm.state.kv import ReadKV, StagedKV, scan
 from rlmm.state.machine import StateMachine
 from rlmm.state.maxtree import Page
@@ -247,11 +248,7 @@ class View:
             stage = StagedKV(self._kv)
             for cf, key, value in rows:
                 stage.put(cf, key, value)
-            stage.put(K.META, K.NEXT_TPID_KEY, K.u32(next_tpid))
-            for mp, offset in metadata_offsets.items():
-                stage.put(K.METADATA_OFFSETS, K.u32(mp), K.offset_bytes(offset))
-            for q in quarantine:
-                stage.put(K.QUARANTINE, K.quarantine_key(q.metadata_partition, q.offset), q.pack())
+            write_view_rows(stage, next_tpid, metadata_offsets, quarantine)
             try:
                 for cf, paths in files.items():
                     if paths:
