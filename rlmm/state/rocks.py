@@ -70,8 +70,10 @@ class RocksKV:
         secondary: Path | None = None,
     ) -> None:
         """``row_cache_mb``: a cache of the values point reads found (0: none), which spares a repeated
-        ``get_many`` the index and block searches. ``secondary``: open as a RocksDB secondary instance (its
-        own files in that directory) that follows the process writing the database (``catch_up``)."""
+        ``get_many`` the index and block searches; RocksDB refuses range deletions beside it, so prefixes
+        are then deleted key by key (a partition's deletion reads all its keys). ``secondary``: open as a
+        RocksDB secondary instance (its own files in that directory) that follows the process writing the
+        database (``catch_up``)."""
         cache = Cache(cache_mb << 20)
         table = BlockBasedOptions()
         table.set_block_cache(cache)
@@ -91,7 +93,8 @@ class RocksKV:
         options.set_db_write_buffer_size(write_buffer_mb << 20)
         options.set_paranoid_checks(True)
         options.set_block_based_table_factory(table)
-        if row_cache_mb:
+        self._row_cache = row_cache_mb > 0
+        if self._row_cache:
             options.set_row_cache(Cache(row_cache_mb << 20))
         if secondary is not None:
             options.set_max_open_files(-1)  # keeps table files open: the primary may delete them meanwhile
@@ -287,8 +290,13 @@ class RocksKV:
         when nothing was staged."""
         batch = WriteBatch(raw_mode=True)
         for cf, prefixes in stage.deleted_prefixes.items():
+            handle = self.handles[cf]
             for prefix in prefixes:
-                batch.delete_range(prefix, K.prefix_end(prefix), self.handles[cf])
+                if self._row_cache:  # RocksDB refuses range deletions beside a row cache: each key instead
+                    for key, _ in self.iter_from(cf, prefix, prefix):
+                        batch.delete(key, handle)
+                else:
+                    batch.delete_range(prefix, K.prefix_end(prefix), handle)
         for cf, table in stage.pending.items():
             handle = self.handles[cf]
             for key, value in table.items():
