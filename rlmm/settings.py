@@ -27,6 +27,7 @@ from pydantic_settings import (
 from consumers.config import COMMON_CLIENT_PREFIX, RlmmConfig
 from consumers.service import parse_partition
 from rlmm.records.model import TopicIdPartition
+from rlmm.state.rocks import BLOCK_CACHE_MB, ROW_CACHE_MB
 
 BOOTSTRAP_PROPERTY = COMMON_CLIENT_PREFIX + "bootstrap.servers"
 
@@ -100,13 +101,13 @@ class Settings(BaseSettings):
     retry_after_ms: int = Field(500, ge=0, description="Retry delay suggested with UNAVAILABLE.")
     grace_s: float = Field(30.0, ge=0, description="On SIGTERM, how long in-flight calls may take to finish.")
     sync: bool = Field(False, description="fsync each view write batch.")
-    cache_mb: int = Field(32, ge=1, description="RocksDB block cache of the view, MB.")
+    cache_mb: int = Field(BLOCK_CACHE_MB, ge=1, description="RocksDB block cache of the view, MB.")
     row_cache_mb: int = Field(
-        0,
+        ROW_CACHE_MB,
         ge=0,
         description="RocksDB row cache of the view, MB (0: none): the offset index "
         "entries batch lookups read (~270 bytes per segment), which then "
-        "skip the block searches.",
+        "skip the block searches; the view then deletes a partition key by key.",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Least severe log lines written to stderr."

@@ -32,7 +32,7 @@ from rlmm.state.offset_cache import OffsetCache
 from rlmm.state.quarantine import QuarantinedRecord
 from rlmm.state.queries import Queries
 from rlmm.state.results import ApplyResult
-from rlmm.state.rocks import RocksKV, write_sst
+from rlmm.state.rocks import BLOCK_CACHE_MB, ROW_CACHE_MB, WRITE_BUFFER_MB, RocksKV, write_sst
 from rlmm.state.rows import EpochRow, PartitionRow
 from rlmm.state.upgrade import STEPS as UPGRADE_STEPS
 
@@ -93,9 +93,9 @@ class View:
         path: str | Path,
         *,
         sync: bool = False,
-        cache_mb: int = 32,
-        row_cache_mb: int = 0,
-        write_buffer_mb: int = 32,
+        cache_mb: int = BLOCK_CACHE_MB,
+        row_cache_mb: int = ROW_CACHE_MB,
+        write_buffer_mb: int = WRITE_BUFFER_MB,
         read_only: bool = False,
         secondary: Path | None = None,
         on_commit: Callable[[], None] | None = None,
