@@ -1,8 +1,8 @@
-"""Lookups through the offset cache (batches, and single ones) answer exactly as lookups by seeks: across
-commits that add, replace and drop entries, when a partition's data is dropped and comes back, with a
-cache too small for every epoch (whose weight stays within its limit), and whenever a commit lands
-during a batch's reads or an epoch's loading, between a commit's write and its cache update, or while a
-writer commits concurrently."""
+"""Lookups through the offset cache (batches, and single ones with the entries they keep) answer exactly as
+lookups by seeks: across commits that add, replace and drop entries, when a partition's data is dropped and
+comes back, with a cache too small for every epoch or entry (whose weights stay within their limits), and
+whenever a commit lands during a batch's reads, a single lookup's read or an epoch's loading, between a
+commit's write and its cache update, or while a writer commits concurrently."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rlmm.records.serde import encode_value
 from rlmm.state import keys as K
 from rlmm.state import offset_cache
 from rlmm.state import view as view_module
-from rlmm.state.offset_cache import EPOCH_WEIGHT
+from rlmm.state.offset_cache import ENTRY_OVERHEAD, EPOCH_WEIGHT
 from rlmm.state.queries import Queries
 from rlmm.state.view import View
 from tests.grpc_support import TS, fill_view, finished, new_tp, segment
@@ -73,12 +73,14 @@ def test_commits_keep_the_cache_current(tmp_path: Path) -> None:
     with View(tmp_path / "view") as view:
         first = [segment(TP, i * 50, i * 50 + 49, epoch=i % 3) for i in range(6)]
         fill_view(view, TP, first)
-        assert batch(view, asked) == single(view, asked)
+        assert batch(view, asked) == single(view, asked) == single(view, asked, cached=True)
+        assert view.queries.offset_cache._entries  # the single lookups kept their entries
         replacing = segment(TP, 0, 120)  # same start: replaces the first entry of epoch 0, evicts others
         apply(view, replacing, finished(replacing))
+        assert single(view, asked, cached=True) == single(view, asked)
         later = segment(TP, 300, 349, epoch=1)
         apply(view, later, finished(later))
-        assert batch(view, asked) == single(view, asked)
+        assert batch(view, asked) == single(view, asked) == single(view, asked, cached=True)
         gone = first[1]
         apply(view, SegmentUpdate(TP, gone.segment_id, 1, TS, None, SegmentState.DELETE_SEGMENT_STARTED))
         assert batch(view, asked) == single(view, asked) == single(view, asked, cached=True)
@@ -88,12 +90,13 @@ def test_a_partition_dropped_and_registered_again(tmp_path: Path) -> None:
     asked = lookups(2, 300)
     with View(tmp_path / "view") as view:
         fill_view(view, TP, [segment(TP, 50, 99), segment(TP, 100, 199, epoch=1)])
-        assert batch(view, asked) == single(view, asked)
+        assert batch(view, asked) == single(view, asked) == single(view, asked, cached=True)
         with view.batch() as b:
             b.unassign(TP)
         assert set(batch(view, asked)) == {"RemoteResourceNotFoundException"}
+        assert not view.queries.offset_cache._entries
         fill_view(view, TP, [segment(TP, 10, 99), segment(TP, 90, 249, epoch=1)])  # earlier starts than before
-        assert batch(view, asked) == single(view, asked)
+        assert batch(view, asked) == single(view, asked) == single(view, asked, cached=True)
 
 
 def test_a_small_cache_evicts_and_seeks_past_its_limit(tmp_path: Path, monkeypatch) -> None:
@@ -117,6 +120,40 @@ def test_a_small_cache_evicts_and_seeks_past_its_limit(tmp_path: Path, monkeypat
         apply(view, more, finished(more))
         assert batch(view, asked) == single(view, asked)
         assert cache._weight == sum(len(starts) + EPOCH_WEIGHT for starts in cache._starts.values()) <= cache.limit
+
+
+def test_kept_entries_stay_within_their_limit(tmp_path: Path) -> None:
+    limit = 3 * (ENTRY_OVERHEAD + 300)
+    asked = lookups(2, 1_000, step=11)
+    with View(tmp_path / "view") as view:
+        fill_view(view, TP, [segment(TP, i * 50, i * 50 + 49, epoch=i % 2) for i in range(20)])
+        cache = view.queries.offset_cache
+        cache.entry_bytes = limit
+        assert single(view, asked, cached=True) == single(view, asked)
+        kept = cache._entries
+        assert 0 < len(kept) < 20  # of the 20 segments asked
+        assert cache._entries_size == sum(len(k) + len(v or b"") + ENTRY_OVERHEAD for k, v in kept.items()) <= limit
+
+
+def test_a_commit_during_a_single_lookups_read_keeps_its_entry_out(tmp_path: Path) -> None:
+    with View(tmp_path / "view") as view:
+        first = segment(TP, 0, 99)
+        fill_view(view, TP, [first])
+        cache = view.queries.offset_cache
+        base = cache.base
+        replacing = segment(TP, 0, 149)  # the same offset-index key, another entry
+
+        def read_while_committing(cf, key):
+            value = base.get(cf, key)
+            cache.base = base
+            apply(view, replacing, finished(replacing))
+            return value
+
+        cache.base = Intercepted(base, get=read_while_committing)
+        assert single(view, [(0, 0, 50)], cached=True) == single(view, [(0, 0, 50)])
+        assert cache.base is base
+        assert not cache._entries  # the entry read before the commit was not kept
+        assert single(view, [(0, 0, 120)], cached=True) == single(view, [(0, 0, 120)]) != [None]
 
 
 def test_an_epoch_two_readers_load_at_once_is_held_once(tmp_path: Path) -> None:

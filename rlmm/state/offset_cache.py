@@ -1,15 +1,18 @@
-"""The start offsets of epochs' offset indexes, in memory, for batch lookups.
+"""The start offsets of epochs' offset indexes, in memory, for lookups, and the entries single lookups read.
 
 A lookup's floor key is then found with a bisection instead of a RocksDB seek, and the entries of a
-whole batch are read with one multi-get. Each epoch's sorted start offsets are read through from the
+whole batch are read with one multi-get; a single lookup reads its entry with a point get and keeps it
+for the next lookup of that segment. Each epoch's sorted start offsets are read through from the
 ``OFFSETS`` column family on first use and kept current by the view's writer, which reports every
 commit that changes the offset index twice: before writing it (``committing``) and after
-(``committed``). The generation number is odd in between, so a reader that finds it unchanged after
-its multi-get knows that its start offsets and the entries it read belong to one committed state.
+(``committed``, which also drops the kept entries it changed). The generation number is odd in between,
+so a reader that finds it unchanged after its reads knows that its start offsets and the entries it read
+belong to one committed state; an entry read from the store is kept only if no commit started since.
 
 Memory is bounded by ``limit`` weights of 8 bytes: one per start offset and ``EPOCH_WEIGHT`` per
 epoch held (its array, key and dict slot). The epochs loaded first are dropped first; an epoch that
-weighs more than the limit is never held and its lookups use seeks.
+weighs more than the limit is never held and its lookups use seeks. The kept entries take at most
+``entry_bytes`` (keys, values and ``ENTRY_OVERHEAD`` each), the first kept dropped first.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from typing import Protocol
 from rlmm.state import keys as K
 from rlmm.state.kv import ReadKV, StagedKV
 
+_MISSING = object()
 EPOCH_WEIGHT = 19  # the ~150 bytes of an epoch's array, key and dict slot, in start offsets
+ENTRY_OVERHEAD = 120  # bytes of a kept entry besides its key and value: two bytes objects and a dict slot
 
 
 class MultiGetKV(ReadKV, Protocol):
@@ -34,9 +39,12 @@ class MultiGetKV(ReadKV, Protocol):
 
 
 class OffsetCache:
-    def __init__(self, base: MultiGetKV, limit: int) -> None:
+    def __init__(self, base: MultiGetKV, limit: int, entry_bytes: int) -> None:
         self.base = base
         self.limit = limit
+        self.entry_bytes = entry_bytes
+        self._entries: dict[bytes, bytes | None] = {}  # offset-index key -> entry, for single lookups
+        self._entries_size = 0
         self._starts: dict[bytes, array] = {}  # epoch prefix -> sorted start offsets
         self._weight = 0
         self._oversized: set[bytes] = set()  # epoch prefixes weighing more than ``limit``
@@ -61,8 +69,26 @@ class OffsetCache:
         keys = self._floor_keys(((prefix, offset),), generation)
         if keys is None:
             return False, None
-        value = self.base.get(K.OFFSETS, keys[0])
-        return self._generation == generation, value
+        key = keys[0]
+        value = self._entries.get(key, _MISSING)
+        if value is _MISSING:
+            value = self.base.get(K.OFFSETS, key)
+            self._keep(key, value, generation)
+        return self._generation == generation, value  # type: ignore[return-value]
+
+    def _keep(self, key: bytes, value: bytes | None, generation: int) -> None:
+        size = _entry_size(key, value)
+        if size > self.entry_bytes:
+            return
+        with self._lock:
+            if generation != self._generation or key in self._entries:
+                return
+            entries = self._entries
+            while entries and self._entries_size + size > self.entry_bytes:
+                oldest = next(iter(entries))
+                self._entries_size -= _entry_size(oldest, entries.pop(oldest))
+            entries[key] = value
+            self._entries_size += size
 
     def _floor_keys(self, lookups: Sequence[tuple[bytes, int]], generation: int) -> list[bytes] | None:
         """The offset-index key at or below each lookup (a bare prefix, which is no key, where there is none);
@@ -123,11 +149,14 @@ class OffsetCache:
         with self._lock:
             for prefix in stage.deleted_prefixes.get(K.OFFSETS, ()):
                 self._forget(prefix)
-            if self._starts:  # nothing to update while no epoch is held (a view that only applies)
+            if self._starts or self._entries:  # nothing to update while nothing is held (a view that only applies)
+                entries = self._entries
                 for key, value in stage.pending.get(K.OFFSETS, {}).items():
                     starts = self._starts.get(key[: K.EPOCH_PREFIX_LEN])
                     if starts is not None:
                         self._weight += _update(starts, K.read_offset(key, K.EPOCH_PREFIX_LEN), value is not None)
+                    if key in entries:
+                        self._entries_size -= _entry_size(key, entries.pop(key))
             self._make_room(0)
             self._generation += 1
 
@@ -136,17 +165,25 @@ class OffsetCache:
         for epoch in [epoch for epoch in self._starts if _overlap(epoch, prefix)]:
             self._weight -= _weight(self._starts.pop(epoch))
         self._oversized = {epoch for epoch in self._oversized if not _overlap(epoch, prefix)}
+        for key in [key for key in self._entries if _overlap(key, prefix)]:
+            self._entries_size -= _entry_size(key, self._entries.pop(key))
 
     def clear(self) -> None:
         with self._lock:
             self._starts.clear()
             self._oversized.clear()
             self._weight = 0
+            self._entries.clear()
+            self._entries_size = 0
             self._generation = (self._generation + 2) & ~1
 
 
 def _changes_offsets(stage: StagedKV) -> bool:
     return bool(stage.pending.get(K.OFFSETS) or stage.deleted_prefixes.get(K.OFFSETS))
+
+
+def _entry_size(key: bytes, value: bytes | None) -> int:
+    return len(key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
 
 
 def _weight(starts: array) -> int:

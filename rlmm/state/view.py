@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION: Final = 2
 EPOCH_CACHE_LIMIT: Final = 100_000
 TREE_CACHE_LIMIT: Final = 4_096  # timestamp-tree pages (up to ~2.5 KB each in memory) and tops
-OFFSET_CACHE_LIMIT: Final = 4_000_000  # what batch lookups hold in memory, in start offsets (8 bytes): 32 MB
+OFFSET_CACHE_LIMIT: Final = 4_000_000  # what lookups hold in memory, in start offsets (8 bytes): 32 MB
+OFFSET_ENTRY_CACHE_BYTES: Final = 4 << 20  # the offset-index entries single lookups read: ~10,000 segments
 CONSUMER_STATE_PREFIX: Final = b"consumer:"  # meta keys owned by the consumer
 
 
@@ -127,7 +128,7 @@ class View:
         self._tree_pages: dict[bytes, Page] = {}  # the timestamp trees' pages and tops, likewise
         self._tree_tops: dict[bytes, tuple[int, int] | None] = {}
         self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS))
-        self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT)
+        self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT, OFFSET_ENTRY_CACHE_BYTES)
         self.queries = Queries(self._read_cache, self._offset_cache)
         self._check_schema(read_only)
 
