@@ -1,11 +1,18 @@
 """Benchmark of the core: decode, durable apply into RocksDB, query latency, txn-chain seeks, timestamp lookups
 against Kafka's scan, memory, disk.
 
-    python scripts/bench_core.py [--events 1000000] [--json]
+    python scripts/bench_core.py [--events 1000000] [--stream cluster|uploads] [--json]
 
-The workload (see ``rlmm.workload``) is generated first into a file; a separate process streams it
-and measures, so its peak RSS is the view's, not the generator's. The apply rate times the view's
-batches (decode, apply, commit), not the reading of the events file.
+The stream is generated first into a file; a separate process streams it and measures, so its peak RSS
+is the view's, not the generator's. The apply rate times the view's batches (decode, apply, commit), not
+the reading of the events file. Two streams:
+
+* ``cluster`` (the default, ``rlmm.workload``): 200 user partitions with leader changes, retention,
+  transaction indexes, redeliveries and a few invalid records;
+* ``uploads``: 100 user partitions, each uploading contiguous segments in leader epoch 0 (copy started,
+  then finished), nothing deleted: the stream on which Kafka 4.3.1's own serde and store were measured
+  on this machine kind (``KAFKA_UPLOADS``), so that the report gives rlmm's apply rate, peak RSS and
+  lookup latency as ratios of Kafka's.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from rich.table import Table
 from rlmm.compiled import core_build
 from rlmm.errors import DecodeError
 from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, TopicIdPartition
+from rlmm.records.partitioner import metadata_partition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.runtime import tune_gc
 from rlmm.state.view import View
@@ -48,6 +56,14 @@ KAFKA_YARDSTICK = {
     "memory": "~550 bytes of heap per segment",
     "txn_next": "0.18 us at distance 1, 1.5 ms at 10,000",
 }
+# Kafka 4.3.1's own serde and RemoteLogMetadataCache on the uploads stream (1M events, 500k segments), in
+# memory, warm, 4 GB heap, measured on this machine kind (three runs); a yardstick, not re-run here
+KAFKA_UPLOADS = {
+    "apply_events_per_s": (832_000, 893_000),
+    "heap_mb": 265,  # the store's heap after GC
+    "point_query_p50_us": (1.5, 1.9),
+}
+UPLOADS_PARTITIONS = 100
 TARGETS = {
     "decode_records_per_s": 200_000,
     "apply_events_per_s": 60_000,
@@ -70,6 +86,39 @@ def generate(path: Path, events: int, seed: int) -> None:
     )
 
 
+def generate_uploads(path: Path, events: int) -> None:
+    """``events`` / 2 segments, round-robin over the partitions: each copy started, then finished."""
+    rng = random.Random(1)
+    partitions = [TopicIdPartition(rng.randbytes(16), f"uploads-{i % 10}", i) for i in range(UPLOADS_PARTITIONS)]
+    offsets = [0] * 50
+    with path.open("wb") as out:
+        for i in range(events // 2):
+            tp = partitions[i % UPLOADS_PARTITIONS]
+            start = i // UPLOADS_PARTITIONS * 100
+            segment_id = rng.randbytes(16)
+            segment = SegmentMetadata(
+                tp,
+                segment_id,
+                start,
+                start + 99,
+                0,
+                1_700_000_000_000 + i,
+                1,
+                ((0, start),),
+                1_000,
+                None,
+                SegmentState.COPY_SEGMENT_STARTED,
+            )
+            finished = SegmentUpdate(tp, segment_id, 1, 1_700_000_000_000 + i, None, SegmentState.COPY_SEGMENT_FINISHED)
+            mp = metadata_partition(tp.topic_id, tp.partition, len(offsets))
+            for value in (encode_value(segment), encode_value(finished)):
+                out.write(FRAME.pack(mp, offsets[mp], len(value)) + value)
+                offsets[mp] += 1
+    path.with_suffix(".partitions").write_text(
+        json.dumps([[tp.topic_id.hex(), tp.topic, tp.partition] for tp in partitions])
+    )
+
+
 def read_events(path: Path) -> Iterator[tuple[int, int, bytes | None]]:
     with path.open("rb") as f:
         data = f.read(FRAME.size)
@@ -77,6 +126,10 @@ def read_events(path: Path) -> Iterator[tuple[int, int, bytes | None]]:
             mp, offset, length = FRAME.unpack(data)
             yield mp, offset, None if length < 0 else f.read(length)
             data = f.read(FRAME.size)
+
+
+def process_rss_mb() -> float:
+    return psutil.Process().memory_info().rss / 2**20
 
 
 def peak_rss_of_this_process_mb() -> float:
@@ -204,21 +257,21 @@ def measure(events_path: Path, view_dir: Path) -> dict:
         decode_seconds += time.perf_counter() - t0
         decoded += len(values)
     decode_rate = decoded / decode_seconds
-    rss_after_decode = round(psutil.Process().memory_info().rss / 2**20, 1)
+    rss_after_decode = round(process_rss_mb(), 1)
 
     partitions = [
         TopicIdPartition(bytes.fromhex(h), t, p)
         for h, t, p in json.loads(events_path.with_suffix(".partitions").read_text())
     ]
     applied = 0
+    rss_before_view = round(process_rss_mb(), 1)
     with View(view_dir) as view:
         with view.batch() as batch:
             for tp in partitions:
                 batch.assign(tp)
                 batch.mark_ready(tp)
         stream = read_events(events_path)
-        rss_curve: dict[str, float] = {"after decode": rss_after_decode}
-        process = psutil.Process()
+        rss_curve: dict[str, float] = {"after decode": rss_after_decode, "view open": round(process_rss_mb(), 1)}
         apply_seconds = 0.0
         while chunk := list(itertools.islice(stream, BATCH)):  # reading the events file is not timed
             t0 = time.perf_counter()
@@ -228,7 +281,7 @@ def measure(events_path: Path, view_dir: Path) -> dict:
             apply_seconds += time.perf_counter() - t0
             applied += len(chunk)
             if applied % (BATCH * 20) == 0 or len(chunk) < BATCH:
-                rss_curve[str(applied)] = round(process.memory_info().rss / 2**20, 1)
+                rss_curve[str(applied)] = round(process_rss_mb(), 1)
 
         q = view.queries
         rng = random.Random(3)
@@ -254,7 +307,7 @@ def measure(events_path: Path, view_dir: Path) -> dict:
         for name, call in query_calls.items():
             p50[name], p99[name] = time_calls([(lambda c=call, t=t: c(t)) for t in targets])
 
-        rss_curve["after queries"] = round(process.memory_info().rss / 2**20, 1)
+        rss_curve["after queries"] = round(process_rss_mb(), 1)
         txn_chain = TopicIdPartition(b"\xee" * 16, "txn-chain", 0)
         last = max(TXN_DISTANCES)
         with view.batch() as batch:
@@ -266,7 +319,7 @@ def measure(events_path: Path, view_dir: Path) -> dict:
             offset = (last - distance) * 100
             assert q.next_segment_with_txn_index(txn_chain, 0, offset).start_offset == last * 100
             txn[str(distance)] = time_calls([lambda o=offset: q.next_segment_with_txn_index(txn_chain, 0, o)] * 500)[0]
-        rss_curve["after txn chain"] = round(process.memory_info().rss / 2**20, 1)
+        rss_curve["after txn chain"] = round(process_rss_mb(), 1)
         peak_rss_mb = peak_rss_of_this_process_mb()  # before the scans' lists of 100k segments
         by_timestamp = timestamp_lookups(view)
         segments_live = sum(1 for _ in view.items("segments"))
@@ -282,15 +335,31 @@ def measure(events_path: Path, view_dir: Path) -> dict:
         "txn_next_p50_us": txn,
         "by_timestamp_p50_us": by_timestamp,
         "peak_rss_mb": peak_rss_mb,
+        "rss_before_view_mb": rss_before_view,
+        "view_peak_mb": round(peak_rss_mb - rss_before_view, 1),
         "rss_mb_by_events": rss_curve,
         "disk_mb": round(disk / 2**20, 1),
+    }
+
+
+def of_kafka(result: dict) -> dict[str, list[float]]:
+    """rlmm's measures as ratios of Kafka's on the uploads stream ([low, high] where Kafka's is a range): apply
+    rate (higher is better), peak RSS and the view's own part of it against the store's heap, point lookup p50."""
+    apply = result["apply_events_per_s"]
+    p50 = result["query_p50_us"]["remoteLogSegmentMetadata"]
+    heap = KAFKA_UPLOADS["heap_mb"]
+    return {
+        "apply": sorted(round(apply / k, 3) for k in KAFKA_UPLOADS["apply_events_per_s"]),
+        "peak_rss_of_heap": [round(result["peak_rss_mb"] / heap, 3)],
+        "view_peak_of_heap": [round(result["view_peak_mb"] / heap, 3)],
+        "point_query_p50": sorted(round(p50 / k, 2) for k in KAFKA_UPLOADS["point_query_p50_us"]),
     }
 
 
 def report(result: dict) -> None:
     console = Console()
     table = Table(
-        title=f"rlmm core ({result['core']}), {result['events']:,} events, "
+        title=f"rlmm core ({result['core']}), {result['stream']} stream, {result['events']:,} events, "
         f"{result['segments_in_view']:,} segments in the view"
     )
     for column in ("measure", "rlmm", "target", "Kafka's own code"):
@@ -334,7 +403,15 @@ def report(result: dict) -> None:
         f"{int(n) // 1000}k: {mb}" if n.isdigit() else f"{n}: {mb}" for n, mb in result["rss_mb_by_events"].items()
     )
     table.add_row("RSS MB while applying", curve, "flat", "grows with segments")
+    table.add_row(
+        "view's own peak MB (peak RSS - RSS before the view opened)",
+        f"{result['view_peak_mb']} (of {result['rss_before_view_mb']} before)",
+        "",
+        "",
+    )
     table.add_row("disk MB", str(result["disk_mb"]), "", "")
+    for name, ratio in result.get("of_kafka", {}).items():
+        table.add_row(f"rlmm / Kafka, {name}", " – ".join(map(str, ratio)), "", "uploads stream, 4.3.1")
     console.print(table)
 
 
@@ -342,6 +419,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--stream",
+        choices=("cluster", "uploads"),
+        default="cluster",
+        help="cluster: rlmm.workload's traffic; uploads: the stream Kafka's own code was measured on (ratios)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--measure", nargs=2, type=Path, help=argparse.SUPPRESS)  # events file, view dir
     args = parser.parse_args()
@@ -352,7 +435,10 @@ def main() -> None:
         events_path = Path(tmp) / "events.bin"
         if not args.json:
             print(f"generating {args.events:,} events ...", file=sys.stderr)
-        generate(events_path, args.events, args.seed)
+        if args.stream == "uploads":
+            generate_uploads(events_path, args.events)
+        else:
+            generate(events_path, args.events, args.seed)
         out = subprocess.run(
             [sys.executable, __file__, "--measure", str(events_path), str(Path(tmp) / "view")],
             check=True,
@@ -360,7 +446,9 @@ def main() -> None:
             text=True,
             env=os.environ,
         ).stdout
-    result = json.loads(out)
+    result = {"stream": args.stream, **json.loads(out)}
+    if args.stream == "uploads":
+        result["of_kafka"] = of_kafka(result)
     if args.json:
         print(json.dumps(result))
     else:
