@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from rlmm.errors import KafkaStateError
-from rlmm.records.model import SegmentState, SegmentUpdate
+from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate
 from rlmm.records.serde import encode_value
 from rlmm.state import keys as K
 from rlmm.state import offset_cache
@@ -66,6 +66,21 @@ def apply(view: View, *records) -> None:
     with view.batch() as b:
         for i, record in enumerate(records):
             b.apply(0, offset + i, encode_value(record))
+
+
+def commit_after_next(view: View, read: str, landing: SegmentMetadata) -> None:
+    """The offset cache's next ``read`` of its store is followed at once by a commit of ``landing``, added and
+    finished, as a commit landing while the cache reads."""
+    cache = view.queries.offset_cache
+    base = cache.base
+
+    def read_then_commit(*args):
+        result = getattr(base, read)(*args)
+        cache.base = base
+        apply(view, landing, finished(landing))
+        return result
+
+    cache.base = Intercepted(base, **{read: read_then_commit})
 
 
 def test_commits_keep_the_cache_current(tmp_path: Path) -> None:
@@ -141,15 +156,7 @@ def test_a_commit_during_a_single_lookups_read_keeps_its_entry_out(tmp_path: Pat
         fill_view(view, TP, [first])
         cache = view.queries.offset_cache
         base = cache.base
-        replacing = segment(TP, 0, 149)  # the same offset-index key, another entry
-
-        def read_while_committing(cf, key):
-            value = base.get(cf, key)
-            cache.base = base
-            apply(view, replacing, finished(replacing))
-            return value
-
-        cache.base = Intercepted(base, get=read_while_committing)
+        commit_after_next(view, "get", segment(TP, 0, 149))  # the same offset-index key, another entry
         assert single(view, [(0, 0, 50)], cached=True) == single(view, [(0, 0, 50)])
         assert cache.base is base
         assert not cache._entries  # the entry read before the commit was not kept
@@ -189,15 +196,7 @@ def test_a_commit_during_the_reads_sends_the_batch_to_seeks(tmp_path: Path) -> N
         assert batch(view, asked) == single(view, asked)
         cache = view.queries.offset_cache
         base = cache.base
-        landing = segment(TP, 100, 199)
-
-        def read_while_committing(cf, keys):
-            values = base.get_many(cf, keys)
-            cache.base = base
-            apply(view, landing, finished(landing))
-            return values
-
-        cache.base = Intercepted(base, get_many=read_while_committing)
+        commit_after_next(view, "get_many", segment(TP, 100, 199))
         answers = batch(view, asked)
         assert cache.base is base
         assert answers == single(view, asked)
