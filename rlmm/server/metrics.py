@@ -4,22 +4,16 @@ time, what the view and the consumer say (records applied, lag, quarantine, view
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    PlatformCollector,
-    ProcessCollector,
-    start_http_server,
-)
+from prometheus_client import CollectorRegistry, Counter, PlatformCollector, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from rlmm.errors import TopicChangedError
 from rlmm.server.backend import Backend
+from rlmm.server.call_stats import CallStats
 
 # sub-millisecond resolution: a unary call takes a fraction of a millisecond here
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120)
@@ -30,29 +24,15 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes...
         PlatformCollector(registry=self.registry)  # python_info
-        self._calls = Counter(
-            "rlmm_grpc_requests",
-            "gRPC calls handled, by method and status code",
-            ["method", "code"],
-            registry=self.registry,
+        self._calls = CallStats(
+            ("rlmm_grpc_requests", "gRPC calls handled, by method and status code"),
+            ("rlmm_grpc_request_duration_seconds", "Time to handle a gRPC call, by method"),
+            LATENCY_BUCKETS,
         )
-        self._latency = Histogram(
-            "rlmm_grpc_request_duration_seconds",
-            "Time to handle a gRPC call, by method",
-            ["method"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
+        self.registry.register(self._calls)
         self.lookups = Counter("rlmm_batch_lookups", "Lookups answered by the batch calls", registry=self.registry)
-        self._children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
-
-    def observe(self, method: str, code: str, seconds: float) -> None:
-        key = (method, code)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = (self._calls.labels(method, code), self._latency.labels(method))
-        children[0].inc()
-        children[1].observe(seconds)
+        # records one call: its method, status code and seconds (the stats' own method: no frame between)
+        self.observe: Callable[[str, str, float], None] = self._calls.observe
 
     def watch(self, backend: Backend) -> None:
         self.registry.register(_ViewCollector(backend))
