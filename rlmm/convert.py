@@ -51,20 +51,38 @@ def required(message, name: str, field: str):
 
 
 def topic_id_partition(msg: pb.TopicIdPartition, field: str) -> TopicIdPartition:
-    topic = msg.topic  # Kafka takes any name, the empty one too
+    return _checked_partition(msg.topic_id, msg.topic, msg.partition, field)
+
+
+def _checked_partition(topic_id: str, topic: str, partition: int, field: str) -> TopicIdPartition:
+    # Kafka takes any topic name, the empty one too
     if len(topic) > MAX_STRING_LENGTH // 4 and len(topic.encode()) > MAX_STRING_LENGTH:
         raise ArgumentError(
             f"{field}.topic", f"is {len(topic.encode())} bytes in UTF-8, more than Kafka's {MAX_STRING_LENGTH}"
         )
-    return TopicIdPartition(
-        uuid(msg.topic_id, f"{field}.topic_id"), topic, not_negative(msg.partition, f"{field}.partition")
-    )
+    return TopicIdPartition(uuid(topic_id, f"{field}.topic_id"), topic, not_negative(partition, f"{field}.partition"))
 
 
 def partition_of(request, field: str = "") -> TopicIdPartition:
     """The ``topic_id_partition`` of a request."""
-    prefix = f"{field}." if field else ""
-    return topic_id_partition(required(request, "topic_id_partition", field), f"{prefix}topic_id_partition")
+    if field:
+        return topic_id_partition(required(request, "topic_id_partition", field), f"{field}.topic_id_partition")
+    msg = required(request, "topic_id_partition", field)
+    topic = msg.topic
+    if len(topic) > KEPT_TOPIC_LENGTH:
+        return _checked_partition(msg.topic_id, topic, msg.partition, "topic_id_partition")
+    return _request_partition(msg.topic_id, topic, msg.partition)
+
+
+# a request's own partition is kept checked for the partitions asked again (Kafka's topic names are at most
+# 249 characters: longer ones, which Kafka's records may still carry, are checked each time)
+KEPT_TOPIC_LENGTH = 249
+
+
+@functools.lru_cache(maxsize=16_384)
+def _request_partition(topic_id: str, topic: str, partition: int) -> TopicIdPartition:
+    """A request's ``topic_id_partition``, checked: a function of its fields alone (a failing check is not kept)."""
+    return _checked_partition(topic_id, topic, partition, "topic_id_partition")
 
 
 def partitions(messages: Iterable[pb.TopicIdPartition], field: str) -> list[TopicIdPartition]:
