@@ -21,6 +21,7 @@ from rlmm.errors import ArgumentError, KafkaStateError, RemoteResourceNotFound
 from rlmm.records.model import SegmentMetadata, TopicIdPartition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.records.uuid import uuid_to_str
+from rlmm.server.answers import SegmentAnswers
 from rlmm.server.auth import WriteAuthorization
 from rlmm.server.backend import Backend
 from rlmm.server.errors import failure_of, internal
@@ -41,6 +42,8 @@ WRITES = frozenset(
         "OnStopPartitions",
     }
 )
+# the methods whose answers the servicer serializes itself (kept serialized: ``SegmentAnswers``)
+SERIALIZED = frozenset({"RemoteLogSegmentMetadata"})
 _NOT_FOUND, _UNAVAILABLE = grpc.StatusCode.NOT_FOUND.value[0], grpc.StatusCode.UNAVAILABLE.value[0]
 
 
@@ -72,14 +75,17 @@ def _decoder(message_class) -> Callable[[bytes], object]:
 
 def add_to_server(servicer: RlmmServicer, server: grpc.Server) -> None:
     """Register the service's methods (what the generated ``add_..._to_server`` does, with requests that
-    fail to decode handed to the servicer as ``Undecodable``)."""
+    fail to decode handed to the servicer as ``Undecodable``, and the answers of ``SERIALIZED`` sent as the
+    servicer serialized them)."""
     handlers = {}
     for method in SERVICE.methods:
         make = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
         handlers[method.name] = make(
             getattr(servicer, method.name),
             request_deserializer=_decoder(GetMessageClass(method.input_type)),
-            response_serializer=GetMessageClass(method.output_type).SerializeToString,
+            response_serializer=None
+            if method.name in SERIALIZED
+            else GetMessageClass(method.output_type).SerializeToString,
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
@@ -105,6 +111,7 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
         self.max_batch_lookups = max_batch_lookups
         self.stream_chunk = stream_chunk
         self.retry_after_s = retry_after_s
+        self._segment_answers = SegmentAnswers(api.RemoteLogSegmentMetadataResponse)
         for method in SERVICE.methods:
             wrap = self._streaming if method.server_streaming else self._unary
             behavior = wrap(method.name, getattr(self, method.name))
@@ -166,12 +173,12 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
     def _queries(self):
         return self.backend.queries
 
-    def RemoteLogSegmentMetadata(self, request, context):
+    def RemoteLogSegmentMetadata(self, request, context) -> bytes:
         tp = partition_of(request)
-        segment = self._queries.remote_log_segment_metadata(
+        value = self._queries.remote_log_segment_value(
             tp, not_negative(request.leader_epoch, "leader_epoch"), not_negative(request.offset, "offset")
         )
-        return _with_segment(api.RemoteLogSegmentMetadataResponse(), segment)
+        return self._segment_answers.answer(value)
 
     def BatchRemoteLogSegmentMetadata(self, request, context):
         partitions, indexes, epochs, offsets = self._lookups(request.lookups)

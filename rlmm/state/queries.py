@@ -84,15 +84,20 @@ class Queries:
         return row is not None and row.assigned and row.ready and not row.removed
 
     def remote_log_segment_metadata(self, tp: TopicIdPartition, epoch: int, offset: int) -> SegmentMetadata | None:
-        """The floor entry comes from the offset cache when there is one (a bisection and a point read instead
-        of a seek), as for batch lookups."""
+        value = self.remote_log_segment_value(tp, epoch, offset)
+        return None if value is None else decode_segment(value)
+
+    def remote_log_segment_value(self, tp: TopicIdPartition, epoch: int, offset: int) -> bytes | None:
+        """``remote_log_segment_metadata``'s segment as its topic value (undecoded). The floor entry comes from
+        the offset cache when there is one (a bisection and a point read instead of a seek), as for batch
+        lookups."""
         tpid = self._ready_tpid(tp)
         if self.offset_cache is not None:
             answered, raw = self.offset_cache.floor_entry(K.epoch_prefix(tpid, epoch), offset)
             if answered:
-                return None if raw is None or offset > ref_epoch_end(raw) else decode_segment(ref_value(raw))
+                return None if raw is None or offset > ref_epoch_end(raw) else ref_value(raw)
         found = self._lookup(tpid, epoch, offset, self._epoch_row(tpid, epoch))
-        return None if found is None else decode_segment(found[1].value)
+        return None if found is None else found[1].value
 
     def lookup_partitions(self, partitions: Sequence[TopicIdPartition]) -> list[bytes | KafkaStateError]:
         """Each partition's key in the view, or the error its lookups fail with."""

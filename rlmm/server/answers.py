@@ -1,0 +1,36 @@
+"""Serialized answers of a unary call that answers one segment, by the segment's topic value: the same
+stored bytes always make the same answer, so nothing invalidates them, and a segment asked for again (a
+fetcher reads a segment by many offsets) costs a dictionary lookup instead of decoding the value, filling
+the message and serializing it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from google.protobuf.message import Message
+
+from rlmm import convert
+from rlmm.state.machine import decode_segment
+
+# answers kept: ~100 bytes of value and ~110 of answer each, a few MB in all; then started afresh
+KEPT = 20_000
+
+
+class SegmentAnswers:
+    def __init__(self, response: Callable[[], Message]) -> None:
+        """``response``: the call's response class, whose ``remote_log_segment_metadata`` holds the segment."""
+        self._response = response
+        self._answers: dict[bytes | None, bytes] = {}
+
+    def answer(self, value: bytes | None) -> bytes:
+        """The serialized response holding the segment whose topic value is ``value`` (None: none)."""
+        answer = self._answers.get(value)
+        if answer is None:
+            response = self._response()
+            if value is not None:
+                convert.fill_segment_metadata(response.remote_log_segment_metadata, decode_segment(value))  # type: ignore[attr-defined]
+            answer = response.SerializeToString()
+            if len(self._answers) >= KEPT:
+                self._answers.clear()
+            self._answers[value] = answer
+        return answer
