@@ -38,9 +38,9 @@ class CallStats(Collector):
                 self._tables.append(table)
         row = table.get((method, code))
         if row is None:
-            row = table[(method, code)] = [0.0] * (len(self._bounds) + 2)
-            with self._lock:
+            with self._lock:  # before the row: a scrape finds the creation time of every row it sums
                 self._created.setdefault((method, code), time.time())
+            row = table[(method, code)] = [0.0] * (len(self._bounds) + 2)
         row[bisect_left(self._bounds, seconds)] += 1
         row[-1] += seconds
 
