@@ -63,6 +63,11 @@ def _checked_partition(topic_id: str, topic: str, partition: int, field: str) ->
     return TopicIdPartition(uuid(topic_id, f"{field}.topic_id"), topic, not_negative(partition, f"{field}.partition"))
 
 
+# a request's own partition is kept checked for the partitions asked again (Kafka's topic names are at most
+# 249 characters: longer ones, which Kafka's records may still carry, are checked each time)
+KEPT_TOPIC_LENGTH = 249
+
+
 def partition_of(request, field: str = "") -> TopicIdPartition:
     """The ``topic_id_partition`` of a request."""
     if field:
@@ -72,11 +77,6 @@ def partition_of(request, field: str = "") -> TopicIdPartition:
     if len(topic) > KEPT_TOPIC_LENGTH:
         return _checked_partition(msg.topic_id, topic, msg.partition, "topic_id_partition")
     return _request_partition(msg.topic_id, topic, msg.partition)
-
-
-# a request's own partition is kept checked for the partitions asked again (Kafka's topic names are at most
-# 249 characters: longer ones, which Kafka's records may still carry, are checked each time)
-KEPT_TOPIC_LENGTH = 249
 
 
 @functools.lru_cache(maxsize=16_384)
