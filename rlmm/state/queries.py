@@ -89,8 +89,8 @@ class Queries:
 
     def remote_log_segment_value(self, tp: TopicIdPartition, epoch: int, offset: int) -> bytes | None:
         """``remote_log_segment_metadata``'s segment as its topic value (undecoded). The floor entry comes from
-        the offset cache when there is one (a bisection and a point read instead of a seek), as for batch
-        lookups."""
+        the offset cache when there is one (a bisection, then the entry it kept or a point read, instead of a
+        seek)."""
         tpid = self._ready_tpid(tp)
         if self.offset_cache is not None:
             answered, raw = self.offset_cache.floor_entry(K.epoch_prefix(tpid, epoch), offset)
