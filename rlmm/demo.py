@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import click
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from rlmm.cli_errors import Failure
 from rlmm.errors import DemoError
@@ -95,6 +96,24 @@ class _Service:
                 os.kill(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         self._log.close()
+
+
+REMOVE_WITHIN_S = 10.0
+
+
+def _remove(workdir: Path) -> None:
+    """Remove the demo's directory, again while something still writes there (a process just stopped);
+    say what is left if that does not do."""
+
+    def remove() -> bool:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return workdir.exists()
+
+    try:
+        Retrying(retry=retry_if_result(bool), stop=stop_after_delay(REMOVE_WITHIN_S), wait=wait_fixed(0.2))(remove)
+    except RetryError:
+        left = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*"))[:10]
+        click.echo(f"could not remove {workdir}: {', '.join(left) or 'the directory itself'} left", err=True)
 
 
 def _timed(call):
@@ -195,7 +214,7 @@ def run_demo(
             service.stop()
         if broker is not None:
             broker.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        _remove(workdir)
 
 
 def _produce(progress, config, workload, events: int, tps: list, timeout: float) -> int:
