@@ -33,6 +33,7 @@ def query(port: int, *args: str) -> tuple[int, object]:
     done = subprocess.run(
         [*RLMM, "query", "--target", f"127.0.0.1:{port}", *args], capture_output=True, text=True, timeout=60
     )
+    assert done.stdout, f"rlmm query {' '.join(args)} printed nothing (exit {done.returncode}): {done.stderr[-2000:]}"
     return done.returncode, json.loads(done.stdout)
 
 
