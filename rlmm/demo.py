@@ -10,6 +10,7 @@ by PID, the temporary directory removed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -99,6 +101,27 @@ class _Service:
 
 
 REMOVE_WITHIN_S = 10.0
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block has run; then the handlers that were there take them (in the main
+    thread, the only one signals reach)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _: received.append(signum)) for sig in HELD_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    for sig in dict.fromkeys(received):
+        handler = previous[sig]
+        if callable(handler):
+            handler(sig, None)
 
 
 def _remove(workdir: Path) -> None:
@@ -210,11 +233,12 @@ def run_demo(
             _keep(summary, tp, epoch, offset, as_json)
         return summary
     finally:
-        if service is not None:
-            service.stop()
-        if broker is not None:
-            broker.stop()
-        _remove(workdir)
+        with _signals_held():  # a Ctrl-C must not cut the cleanup short
+            if service is not None:
+                service.stop()
+            if broker is not None:
+                broker.stop()
+            _remove(workdir)
 
 
 def _produce(progress, config, workload, events: int, tps: list, timeout: float) -> int:

@@ -221,3 +221,26 @@ def test_a_demo_directory_that_stays_is_reported(tmp_path, monkeypatch, capsys) 
     monkeypatch.setattr(demo_module, "REMOVE_WITHIN_S", 0.5)
     demo_module._remove(workdir)
     assert f"could not remove {workdir}: view left" in capsys.readouterr().err
+
+
+def test_a_ctrl_c_during_the_cleanup_waits_for_its_end() -> None:
+    calls = []
+
+    def interrupt(signum, _frame) -> None:
+        calls.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    finished = []
+    try:
+        try:
+            with demo_module._signals_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.1)  # the signal is delivered meanwhile, and held
+                finished.append(True)
+        except KeyboardInterrupt:
+            pass
+        assert finished == [True] and calls == [signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is interrupt  # the handler is back
+    finally:
+        signal.signal(signal.SIGINT, previous)
