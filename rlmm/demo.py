@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import click
-from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from rlmm.cli_errors import Failure
 from rlmm.errors import DemoError
@@ -100,7 +99,6 @@ class _Service:
         self._log.close()
 
 
-REMOVE_WITHIN_S = 10.0
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -125,16 +123,9 @@ def _signals_held() -> Iterator[None]:
 
 
 def _remove(workdir: Path) -> None:
-    """Remove the demo's directory, again while something still writes there (a process just stopped);
-    say what is left if that does not do."""
-
-    def remove() -> bool:
-        shutil.rmtree(workdir, ignore_errors=True)
-        return workdir.exists()
-
-    try:
-        Retrying(retry=retry_if_result(bool), stop=stop_after_delay(REMOVE_WITHIN_S), wait=wait_fixed(0.2))(remove)
-    except RetryError:
+    """Remove the demo's directory; say what is left if that does not do."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    if workdir.exists():
         left = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*"))[:10]
         click.echo(f"could not remove {workdir}: {', '.join(left) or 'the directory itself'} left", err=True)
 
