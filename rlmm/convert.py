@@ -192,6 +192,13 @@ def fill_segment_metadata(msg: pb.RemoteLogSegmentMetadata, s: SegmentMetadata) 
     msg.txn_index_empty = s.txn_index_empty
 
 
+def with_segment(response, segment: SegmentMetadata | None):
+    """``response`` with its ``remote_log_segment_metadata`` set to ``segment`` (left unset for None)."""
+    if segment is not None:
+        fill_segment_metadata(response.remote_log_segment_metadata, segment)
+    return response
+
+
 def segment_metadata_pb(s: SegmentMetadata) -> pb.RemoteLogSegmentMetadata:
     msg = pb.RemoteLogSegmentMetadata()
     fill_segment_metadata(msg, s)

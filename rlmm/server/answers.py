@@ -26,10 +26,8 @@ class SegmentAnswers:
         """The serialized response holding the segment whose topic value is ``value`` (None: none)."""
         answer = self._answers.get(value)
         if answer is None:
-            response = self._response()
-            if value is not None:
-                convert.fill_segment_metadata(response.remote_log_segment_metadata, decode_segment(value))  # type: ignore[attr-defined]
-            answer = response.SerializeToString()
+            segment = None if value is None else decode_segment(value)
+            answer = convert.with_segment(self._response(), segment).SerializeToString()
             if len(self._answers) >= KEPT:
                 self._answers.clear()
             self._answers[value] = answer

@@ -50,8 +50,7 @@ class CallStats(Collector):
             tables = list(self._tables)
         for table in tables:
             for key, row in list(table.items()):
-                total = totals.get(key)
-                totals[key] = list(row) if total is None else [a + b for a, b in zip(total, row)]
+                _add(totals, key, row)
         return totals
 
     def collect(self) -> Iterator[Metric]:
@@ -64,9 +63,8 @@ class CallStats(Collector):
             calls.add_metric(list(key), sum(totals[key][:-1]), created=created[key])
         yield calls
         methods: dict[str, list[float]] = {}
-        for (method, _), row in ((key, totals[key]) for key in keys):
-            total = methods.get(method)
-            methods[method] = list(row) if total is None else [a + b for a, b in zip(total, row)]
+        for key in keys:
+            _add(methods, key[0], totals[key])
         latency = HistogramMetricFamily(*self._latency, labels=["method"])
         for method, row in methods.items():
             cumulative, buckets = 0.0, []
@@ -78,3 +76,9 @@ class CallStats(Collector):
             first = min(when for (m, _), when in created.items() if m == method)
             latency.add_sample(f"{self._latency[0]}_created", {"method": method}, first)
         yield latency
+
+
+def _add(totals: dict, key: object, row: list[float]) -> None:
+    """Add ``row`` to the row of ``key`` in ``totals``, element by element (a copy of it where there is none)."""
+    total = totals.get(key)
+    totals[key] = list(row) if total is None else [a + b for a, b in zip(total, row)]

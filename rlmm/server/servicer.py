@@ -18,7 +18,7 @@ from google.protobuf.message_factory import GetMessageClass
 from rlmm import convert
 from rlmm.convert import not_negative, partition_of, required
 from rlmm.errors import ArgumentError, KafkaStateError, RemoteResourceNotFound
-from rlmm.records.model import SegmentMetadata, TopicIdPartition
+from rlmm.records.model import TopicIdPartition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.records.uuid import uuid_to_str
 from rlmm.server.answers import SegmentAnswers
@@ -275,10 +275,10 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
         segment = self._queries.next_segment_with_txn_index(
             tp, not_negative(request.leader_epoch, "leader_epoch"), not_negative(request.offset, "offset")
         )
-        return _with_segment(api.NextSegmentWithTxnIndexResponse(), segment)
+        return convert.with_segment(api.NextSegmentWithTxnIndexResponse(), segment)
 
     def MaxTimestamp(self, request, context):
-        return _with_segment(api.MaxTimestampResponse(), self._queries.max_timestamp(partition_of(request)))
+        return convert.with_segment(api.MaxTimestampResponse(), self._queries.max_timestamp(partition_of(request)))
 
     def FirstSegmentWithMaxTimestampAtLeast(self, request, context):
         tp = partition_of(request)
@@ -288,7 +288,7 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
             request.timestamp_ms,
             not_negative(request.starting_offset, "starting_offset"),
         )
-        return _with_segment(api.FirstSegmentWithMaxTimestampAtLeastResponse(), segment)
+        return convert.with_segment(api.FirstSegmentWithMaxTimestampAtLeastResponse(), segment)
 
     def IsReady(self, request, context):
         return api.IsReadyResponse(ready=self._queries.is_ready(partition_of(request)))
@@ -400,13 +400,6 @@ def _not_negative_column(*columns) -> None:
 def _set_error(error: api.LookupError, exc: KafkaStateError) -> None:
     error.code = _NOT_FOUND if isinstance(exc, RemoteResourceNotFound) else _UNAVAILABLE
     error.message, error.kafka_exception = str(exc), exc.kafka_exception
-
-
-def _with_segment(response, segment: SegmentMetadata | None):
-    """``response`` with its ``remote_log_segment_metadata`` set to ``segment`` (left unset for None)."""
-    if segment is not None:
-        convert.fill_segment_metadata(response.remote_log_segment_metadata, segment)
-    return response
 
 
 def _encodable(record, field: str):
