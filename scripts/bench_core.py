@@ -64,6 +64,7 @@ KAFKA_UPLOADS = {
     "point_query_p50_us": (1.5, 1.9),
 }
 UPLOADS_PARTITIONS = 100
+METADATA_PARTITIONS = 50  # both streams, as Kafka's default topic
 TARGETS = {
     "decode_records_per_s": 200_000,
     "apply_events_per_s": 60_000,
@@ -74,7 +75,9 @@ TARGETS = {
 
 
 def generate(path: Path, events: int, seed: int) -> None:
-    workload = Workload(WorkloadConfig(partitions=200, metadata_partitions=50, seed=seed, retained_segments=2_000))
+    workload = Workload(
+        WorkloadConfig(partitions=200, metadata_partitions=METADATA_PARTITIONS, seed=seed, retained_segments=2_000)
+    )
     with path.open("wb") as out:
         for e in workload.events(events):
             value = e.value
@@ -90,7 +93,7 @@ def generate_uploads(path: Path, events: int) -> None:
     """``events`` / 2 segments, round-robin over the partitions: each copy started, then finished."""
     rng = random.Random(1)
     partitions = [TopicIdPartition(rng.randbytes(16), f"uploads-{i % 10}", i) for i in range(UPLOADS_PARTITIONS)]
-    offsets = [0] * 50
+    offsets = [0] * METADATA_PARTITIONS
     with path.open("wb") as out:
         for i in range(events // 2):
             tp = partitions[i % UPLOADS_PARTITIONS]
