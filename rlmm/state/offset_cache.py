@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import OrderedDict
 from collections.abc import Sequence
 from itertools import islice
 from typing import Protocol
@@ -43,9 +44,12 @@ class OffsetCache:
         self.base = base
         self.limit = limit
         self.entry_bytes = entry_bytes
-        self._entries: dict[bytes, bytes | None] = {}  # offset-index key -> entry, for single lookups
+        # offset-index key -> entry, for single lookups; and epoch prefix -> sorted start offsets. Both are dropped
+        # oldest first: an OrderedDict pops its first item at once, where a dict's first key is found by
+        # skipping the slots of the keys dropped before it
+        self._entries: OrderedDict[bytes, bytes | None] = OrderedDict()
         self._entries_size = 0
-        self._starts: dict[bytes, array] = {}  # epoch prefix -> sorted start offsets
+        self._starts: OrderedDict[bytes, array] = OrderedDict()
         self._weight = 0
         self._oversized: set[bytes] = set()  # epoch prefixes weighing more than ``limit``
         self._lock = threading.Lock()
@@ -85,8 +89,7 @@ class OffsetCache:
                 return
             entries = self._entries
             while entries and self._entries_size + size > self.entry_bytes:
-                oldest = next(iter(entries))
-                self._entries_size -= _entry_size(oldest, entries.pop(oldest))
+                self._entries_size -= _entry_size(*entries.popitem(last=False))
             entries[key] = value
             self._entries_size += size
 
@@ -133,8 +136,7 @@ class OffsetCache:
 
     def _make_room(self, needed: int) -> None:
         while self._starts and self._weight + needed > self.limit:
-            oldest = next(iter(self._starts))
-            self._weight -= _weight(self._starts.pop(oldest))
+            self._weight -= _weight(self._starts.popitem(last=False)[1])
 
     def committing(self, stage: StagedKV) -> None:
         """The base is about to write ``stage``."""
