@@ -92,6 +92,13 @@ def test_range_reads_fail_on_a_damaged_block_instead_of_ending_early(kv_pair) ->
         lambda: list(clean.iter_down_from(K.OFFSETS, b"q", b"p")),
         lambda: list(damaged.iter_down_from(K.OFFSETS, b"q", b"p")),
     )
+    whole = [key for key, _ in clean.iter_from(K.OFFSETS, b"p", b"p")]
+    assert clean.keys_with_prefix(K.OFFSETS, b"p", KEYS + 1) == whole
+    assert clean.keys_with_prefix(K.OFFSETS, b"p", 100) == whole[:100]
+    try:  # RocksDB's key iterator ends at the damage as if the keys ended there: never a shorter list
+        assert damaged.keys_with_prefix(K.OFFSETS, b"p", KEYS + 1) is None
+    except ViewDamaged:
+        pass
     with pytest.raises(ViewDamaged, match="Corruption: block checksum mismatch"):
         damaged.count_keys(K.OFFSETS)
     assert clean.count_keys(K.OFFSETS) == KEYS

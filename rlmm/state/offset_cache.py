@@ -22,7 +22,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Sequence
-from itertools import islice
+from itertools import repeat
 from typing import Protocol
 
 from rlmm.state import keys as K
@@ -37,6 +37,10 @@ class MultiGetKV(ReadKV, Protocol):
     """A store that reads many keys in one call (RocksDB's multi-get, in the view)."""
 
     def get_many(self, cf: str, keys: list[bytes]) -> list[bytes | None]: ...
+
+    def keys_with_prefix(self, cf: str, prefix: bytes, limit: int) -> list[bytes] | None:
+        """The first ``limit`` keys that start with ``prefix``; None when they changed while read."""
+        ...
 
 
 class OffsetCache:
@@ -118,8 +122,10 @@ class OffsetCache:
         """Read an epoch's start offsets; kept if no commit changed the offset index meanwhile."""
         if prefix in self._oversized:
             return None
-        entries = islice(self.base.iter_from(K.OFFSETS, prefix, prefix), max(self.limit - EPOCH_WEIGHT + 1, 0))
-        starts = array("q", [K.read_offset(key, K.EPOCH_PREFIX_LEN) for key, _ in entries])
+        keys = self.base.keys_with_prefix(K.OFFSETS, prefix, max(self.limit - EPOCH_WEIGHT + 1, 0))
+        if keys is None:
+            return None
+        starts = array("q", map(K.read_offset, keys, repeat(K.EPOCH_PREFIX_LEN)))
         with self._lock:
             if _weight(starts) > self.limit:
                 if generation == self._generation:

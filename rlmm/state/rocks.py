@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
+from itertools import islice, takewhile
 from pathlib import Path
 from typing import Any, Final
 
@@ -235,6 +236,23 @@ class RocksKV:
                 return
             it.prev()  # keys past the prefix's range can only come first
         self._check(it)
+
+    def keys_with_prefix(self, cf: str, prefix: bytes, limit: int) -> list[bytes] | None:
+        """The first ``limit`` keys that start with ``prefix``, in order, without their values: RocksDB's key
+        iterator, stepped in C, at about a quarter of the cost of ``iter_from``. That iterator ends silently
+        where RocksDB fails, so when fewer than ``limit`` came their last is checked against a seek's: None when
+        they differ (the keys changed meanwhile, or the iterator stopped at damage that the seek, which raises
+        what it meets, did not reach)."""
+        end = K.prefix_end(prefix)
+        try:
+            stored: Iterator[bytes] = self.cfs[cf].keys(from_key=prefix)  # type: ignore[assignment]  # raw: bytes
+            keys = list(islice(takewhile(end.__gt__, stored), limit))
+        except Exception as exc:
+            raise self._failed(exc) from None
+        if len(keys) == limit:
+            return keys
+        last = self.floor(cf, end, prefix)
+        return keys if (last[0] if last is not None else None) == (keys[-1] if keys else None) else None
 
     def _iterator(self, cf: str):
         slot = (threading.get_ident(), cf)
