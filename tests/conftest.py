@@ -13,9 +13,9 @@ from tests.kafka_broker import BrokerUnavailable, start_broker
 
 
 @pytest.fixture(scope="session")
-def kafka() -> Iterator:
+def kafka(tmp_path_factory) -> Iterator:
     try:
-        broker = start_broker()
+        broker = start_broker(tmp_path_factory.mktemp("broker"))
     except BrokerUnavailable as exc:
         pytest.fail(str(exc), pytrace=False)
     yield broker

@@ -10,6 +10,7 @@ Both give ``bootstrap_servers``, ``pause``/``resume`` (SIGSTOP/SIGCONT, or docke
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from consumers.broker import LocalBroker, free_port
 
@@ -80,9 +81,11 @@ class DockerKafka:
         self.container.stop()
 
 
-def start_broker(port: int | None = None) -> LocalBroker | DockerKafka:
+def start_broker(log_dir: Path, port: int | None = None) -> LocalBroker | DockerKafka:
+    """A broker (Tansu's log in ``log_dir``, with the test's files rather than the system's temp dir)."""
     if broker_kind() == "tansu":
-        return LocalBroker(port).start()
+        port = port or free_port()
+        return LocalBroker(port, log_path=log_dir / f"tansu-{port}.log").start()
     return DockerKafka(port).start()
 
 

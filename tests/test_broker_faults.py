@@ -65,7 +65,7 @@ def test_broker_unreachable_at_start(rlmm_config, tmp_path, caplog) -> None:
         with pytest.raises(NotInitializedError):
             rlmm.add_remote_log_segment_metadata(segment(TP, 0, 9))
         assert rlmm.status()["lag"] is None  # not known before the broker answered once
-        broker = start_broker(port)
+        broker = start_broker(tmp_path, port)
         try:
             assert rlmm.consumer.wait_ready([TP], timeout=30)
             seg = add_finished(rlmm, TP, 0, 9)

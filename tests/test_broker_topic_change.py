@@ -80,7 +80,7 @@ def test_a_broker_that_lost_the_topic(rlmm_config, tmp_path) -> None:
     """The broker restarts empty; the topic comes back with two records where the view had applied six."""
     port = free_port()
     config = dataclasses.replace(rlmm_config(num_partitions=PARTITIONS), bootstrap_servers=f"127.0.0.1:{port}")
-    broker = start_broker(port)
+    broker = start_broker(tmp_path, port)
     try:
         with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
             assert rlmm.consumer.wait_ready([TP], timeout=30)
@@ -89,7 +89,7 @@ def test_a_broker_that_lost_the_topic(rlmm_config, tmp_path) -> None:
             rlmm.wait_applied(MP, 5, timeout=30)
             before = contents(view)
             broker.stop()
-            broker = start_broker(port)
+            broker = start_broker(tmp_path, port)
             ensure_topic(AdminClient(config.admin_config()), config)
             RawProducer(config.bootstrap_servers, config.topic).produce(finished_records(TP, 1, base=1000))
             assert_stopped_unmixed(

@@ -33,6 +33,7 @@ WAIT_S = 60  # only so that a broken server fails the test instead of hanging it
 class Served:
     def __init__(self, process: subprocess.Popen, line: dict, log: Path) -> None:
         self.process, self.line, self.log = process, line, log
+        self.runtime: Path | None = None  # where TMPDIR pointed the server, when a test chose it
         self.port, self.metrics_port = line["port"], line["metrics_port"]
 
     def client(self, **kwargs) -> RlmmClient:
@@ -114,9 +115,13 @@ def serve(tmp: Path, kafka, topic: str, *flags: str, env: dict[str, str] | None 
         assert line, f"rlmm serve ended before serving: {log.read_text()[-3000:]}"
         yield Served(process, json.loads(line), log)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        if process.poll() is None:  # stopped as an operator would, so that it removes its runtime directory
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(WAIT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def answer(call, *args) -> object:
@@ -206,8 +211,12 @@ def workers(kafka, tmp_path_factory) -> Iterator[tuple[Served, list]]:
             expected = answers(rlmm)
         one.process.send_signal(signal.SIGTERM)
         assert one.process.wait(WAIT_S) == 0
-    with serve(tmp, kafka, topic, "--workers", "2") as two:
+    runtime = tmp / "runtime"  # the temporary directory of the workers' supervisor
+    runtime.mkdir()
+    with serve(tmp, kafka, topic, "--workers", "2", env={"TMPDIR": str(runtime)}) as two:
         assert len(two.line["workers"]) == 2 and two.line["pid"] == two.process.pid
+        assert [p.name[: len("rlmm-serve-")] for p in runtime.iterdir()] == ["rlmm-serve-"]
+        two.runtime = runtime
         yield two, expected
 
 
@@ -311,3 +320,4 @@ def test_sigterm_stops_every_worker(workers) -> None:
     assert served.process.wait(WAIT_S) == 0
     _, alive = psutil.wait_procs(children, timeout=WAIT_S)
     assert not alive
+    assert list(served.runtime.iterdir()) == []  # the supervisor's runtime directory is gone with it
