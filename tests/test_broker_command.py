@@ -7,24 +7,30 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 
-def _run_broker(*args: str) -> subprocess.Popen:
+def _run_broker(tmp_path: Path, *args: str) -> subprocess.Popen:
+    """``rlmm broker``, its temporary files (Tansu's log) in the test's directory."""
     return subprocess.Popen(
-        [sys.executable, "-m", "rlmm.cli", "broker", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "rlmm.cli", "broker", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
 
 
-def test_a_taken_port_is_an_error_not_someone_elses_broker(kafka) -> None:
+def test_a_taken_port_is_an_error_not_someone_elses_broker(kafka, tmp_path) -> None:
     port = kafka.bootstrap_servers.rsplit(":", 1)[1]
-    run = _run_broker("--port", port)
+    run = _run_broker(tmp_path, "--port", port)
     out, err = run.communicate(timeout=60)
     assert run.returncode == 1 and out == ""
     assert f"port {port} is taken" in err and "Traceback" not in err
 
 
-def test_the_command_fails_when_its_broker_dies() -> None:
-    run = _run_broker()
+def test_the_command_fails_when_its_broker_dies(tmp_path) -> None:
+    run = _run_broker(tmp_path)
     try:
         started = json.loads(run.stdout.readline())
         os.kill(started["pid"], signal.SIGKILL)
@@ -36,9 +42,9 @@ def test_the_command_fails_when_its_broker_dies() -> None:
     assert f"the broker (pid {started['pid']}) exited with status -9" in err and "Traceback" not in err
 
 
-def test_the_command_logs_as_json_when_asked() -> None:
+def test_the_command_logs_as_json_when_asked(tmp_path) -> None:
     """Every command logs through one setup: ``--log-format json`` gives one JSON object per stderr line."""
-    run = _run_broker("--log-format", "json")
+    run = _run_broker(tmp_path, "--log-format", "json")
     try:
         started = json.loads(run.stdout.readline())
         run.send_signal(signal.SIGTERM)
