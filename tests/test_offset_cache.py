@@ -137,6 +137,28 @@ def test_a_small_cache_evicts_and_seeks_past_its_limit(tmp_path: Path, monkeypat
         assert cache._weight == sum(len(starts) + EPOCH_WEIGHT for starts in cache._starts.values()) <= cache.limit
 
 
+def test_single_lookups_seek_in_an_epoch_too_large_to_load_in_one_call(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(offset_cache, "SINGLE_LOAD_KEYS", 3)
+    asked = lookups(2, 600, step=11)
+    with View(tmp_path / "view") as view:
+        small = [segment(TP, i * 50, i * 50 + 49) for i in range(3)]  # epoch 0: as many as a single lookup loads
+        large = [segment(TP, 150 + i * 50, 199 + i * 50, epoch=1) for i in range(4)]  # epoch 1: one more
+        fill_view(view, TP, small + large)
+        cache = view.queries.offset_cache
+        tpid = view.queries.partition_row(TP).tpid
+        assert single(view, asked, cached=True) == single(view, asked)
+        assert list(cache._starts) == [K.epoch_prefix(tpid, 0)] and cache._large == {K.epoch_prefix(tpid, 1)}
+        assert batch(view, asked) == single(view, asked)  # a batch loads it
+        assert list(cache._starts) == [K.epoch_prefix(tpid, 0), K.epoch_prefix(tpid, 1)]
+        assert single(view, asked, cached=True) == single(view, asked)
+        with view.batch() as b:  # the partition's data dropped, then back with a small epoch 1
+            b.unassign(TP)
+        assert not cache._large
+        fill_view(view, TP, [segment(TP, 150, 199, epoch=1)])
+        assert single(view, asked, cached=True) == single(view, asked)
+        assert K.epoch_prefix(tpid, 1) in cache._starts
+
+
 def test_kept_entries_stay_within_their_limit(tmp_path: Path) -> None:
     limit = 3 * (ENTRY_OVERHEAD + 300)
     asked = lookups(2, 1_000, step=11)
@@ -168,8 +190,8 @@ def test_an_epoch_two_readers_load_at_once_is_held_once(tmp_path: Path) -> None:
         fill_view(view, TP, [segment(TP, 0, 99), segment(TP, 100, 199)])
         cache = view.queries.offset_cache
         prefix = K.epoch_prefix(view.queries.partition_row(TP).tpid, 0)
-        first = cache._load(prefix, cache._generation)  # both readers missed it in the cache
-        assert cache._load(prefix, cache._generation) is first
+        first = cache._load(prefix, cache._generation, None)  # both readers missed it in the cache
+        assert cache._load(prefix, cache._generation, None) is first
         assert cache._weight == len(first) + EPOCH_WEIGHT
 
 

@@ -3,7 +3,8 @@
 A lookup's floor key is then found with a bisection instead of a RocksDB seek, and the entries of a
 whole batch are read with one multi-get; a single lookup reads its entry with a point get and keeps it
 for the next lookup of that segment. Each epoch's sorted start offsets are read through from the
-``OFFSETS`` column family on first use and kept current by the view's writer, which reports every
+``OFFSETS`` column family on first use (by a single lookup only for an epoch of at most ``SINGLE_LOAD_KEYS``
+entries: it seeks in a larger one, which a batch loads) and kept current by the view's writer, which reports every
 commit that changes the offset index twice: before writing it (``committing``) and after
 (``committed``, which also drops the kept entries it changed). The generation number is odd in between,
 so a reader that finds it unchanged after its reads knows that its start offsets and the entries it read
@@ -30,6 +31,10 @@ from rlmm.state.kv import ReadKV, StagedKV
 
 _MISSING = object()
 EPOCH_WEIGHT = 19  # the ~150 bytes of an epoch's array, key and dict slot, in start offsets
+# the most start offsets a single lookup reads to load an epoch (~5 ms, which every other call waits for, the GIL
+# held; ~2 weeks of 1 GB segments at 10 MB/s): it seeks in a larger epoch until a batch, which spreads the load
+# over its lookups, loads it
+SINGLE_LOAD_KEYS = 16_384
 ENTRY_OVERHEAD = 120  # bytes of a kept entry besides its key and value: two bytes objects and a dict slot
 
 
@@ -56,6 +61,7 @@ class OffsetCache:
         self._starts: OrderedDict[bytes, array] = OrderedDict()
         self._weight = 0
         self._oversized: set[bytes] = set()  # epoch prefixes weighing more than ``limit``
+        self._large: set[bytes] = set()  # epoch prefixes with more than SINGLE_LOAD_KEYS start offsets
         self._lock = threading.Lock()
         self._generation = 0  # odd while a commit that changes the offset index is being written
 
@@ -74,7 +80,7 @@ class OffsetCache:
         """``floor_entries`` of one lookup, read with a point get (a multi-get of one key costs twice as much):
         (False, None) when the cache cannot answer."""
         generation = self._generation
-        keys = self._floor_keys(((prefix, offset),), generation)
+        keys = self._floor_keys(((prefix, offset),), generation, SINGLE_LOAD_KEYS)
         if keys is None:
             return False, None
         key = keys[0]
@@ -97,9 +103,12 @@ class OffsetCache:
             entries[key] = value
             self._entries_size += size
 
-    def _floor_keys(self, lookups: Sequence[tuple[bytes, int]], generation: int) -> list[bytes] | None:
+    def _floor_keys(
+        self, lookups: Sequence[tuple[bytes, int]], generation: int, load_at_most: int | None = None
+    ) -> list[bytes] | None:
         """The offset-index key at or below each lookup (a bare prefix, which is no key, where there is none);
-        None when the cache cannot say."""
+        None when the cache cannot say. An epoch not held is loaded if it has at most ``load_at_most`` entries
+        (None: any that fits in ``limit``)."""
         if generation & 1:
             return None
         cached = self._starts
@@ -109,7 +118,7 @@ class OffsetCache:
             for prefix, offset in lookups:
                 starts = cached.get(prefix)
                 if starts is None:
-                    starts = self._load(prefix, generation)
+                    starts = self._load(prefix, generation, load_at_most)
                     if starts is None:
                         return None
                 at = bisect_right(starts, offset)
@@ -118,12 +127,19 @@ class OffsetCache:
             return None
         return keys
 
-    def _load(self, prefix: bytes, generation: int) -> array | None:
-        """Read an epoch's start offsets; kept if no commit changed the offset index meanwhile."""
-        if prefix in self._oversized:
+    def _load(self, prefix: bytes, generation: int, at_most: int | None) -> array | None:
+        """Read an epoch's start offsets; kept if no commit changed the offset index meanwhile. None when it has
+        more than ``at_most`` (None: no bound but ``limit``)."""
+        if prefix in self._oversized or (at_most is not None and prefix in self._large):
             return None
-        keys = self.base.keys_with_prefix(K.OFFSETS, prefix, max(self.limit - EPOCH_WEIGHT + 1, 0))
+        fitting = max(self.limit - EPOCH_WEIGHT + 1, 0)
+        keys = self.base.keys_with_prefix(K.OFFSETS, prefix, fitting if at_most is None else min(fitting, at_most + 1))
         if keys is None:
+            return None
+        if at_most is not None and len(keys) > at_most:
+            with self._lock:
+                if generation == self._generation:
+                    self._large.add(prefix)
             return None
         starts = array("q", map(K.read_offset, keys, repeat(K.EPOCH_PREFIX_LEN)))
         with self._lock:
@@ -173,6 +189,7 @@ class OffsetCache:
         for epoch in [epoch for epoch in self._starts if _overlap(epoch, prefix)]:
             self._weight -= _weight(self._starts.pop(epoch))
         self._oversized = {epoch for epoch in self._oversized if not _overlap(epoch, prefix)}
+        self._large = {epoch for epoch in self._large if not _overlap(epoch, prefix)}
         for key in [key for key in self._entries if _overlap(key, prefix)]:
             self._entries_size -= _entry_size(key, self._entries.pop(key))
 
@@ -180,6 +197,7 @@ class OffsetCache:
         with self._lock:
             self._starts.clear()
             self._oversized.clear()
+            self._large.clear()
             self._weight = 0
             self._entries.clear()
             self._entries_size = 0
