@@ -23,7 +23,7 @@ from rocksdict import (
 
 from rlmm.errors import ViewDamaged, ViewInUse, ViewSchemaMismatch, ViewStorageFailed
 from rlmm.state import keys as K
-from rlmm.state.kv import Item, StagedKV
+from rlmm.state.kv import Item, StagedKV, last
 
 
 def storage_error(exc: Exception) -> Exception:
@@ -251,8 +251,8 @@ class RocksKV:
             raise self._failed(exc) from None
         if len(keys) == limit:
             return keys
-        last = self.floor(cf, end, prefix)
-        return keys if (last[0] if last is not None else None) == (keys[-1] if keys else None) else None
+        found = last(self, cf, prefix)
+        return keys if (found[0] if found is not None else None) == (keys[-1] if keys else None) else None
 
     def _iterator(self, cf: str):
         slot = (threading.get_ident(), cf)
