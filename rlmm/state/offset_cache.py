@@ -180,7 +180,7 @@ class OffsetCache:
                     if starts is not None:
                         self._weight += _update(starts, K.read_offset(key, K.EPOCH_PREFIX_LEN), value is not None)
                     if key in entries:
-                        self._entries_size -= _entry_size(key, entries.pop(key))
+                        self._drop_entry(key)
             self._make_room(0)
             self._generation += 1
 
@@ -191,7 +191,11 @@ class OffsetCache:
         self._oversized = {epoch for epoch in self._oversized if not _overlap(epoch, prefix)}
         self._large = {epoch for epoch in self._large if not _overlap(epoch, prefix)}
         for key in [key for key in self._entries if _overlap(key, prefix)]:
-            self._entries_size -= _entry_size(key, self._entries.pop(key))
+            self._drop_entry(key)
+
+    def _drop_entry(self, key: bytes) -> None:
+        """Forget a kept entry and its bytes (under the lock)."""
+        self._entries_size -= _entry_size(key, self._entries.pop(key))
 
     def clear(self) -> None:
         with self._lock:
