@@ -4,6 +4,7 @@ rather than loaded over."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,3 +105,18 @@ def test_a_load_that_fails_after_ingesting_files_is_refused_again(source: View, 
         assert sizes[K.SEGMENTS] > 0 and sizes[K.PARTITIONS] == sizes[K.METADATA_OFFSETS] == 0  # the batch never came
         with pytest.raises(ViewNotEmpty):
             view.load(**args)
+
+
+def test_loaded_files_have_the_bloom_filters_and_index_partitions_of_the_views_own(
+    source: View, tmp_path: Path
+) -> None:
+    # without a filter, every read of a key that a loaded file does not hold (applying a new segment checks
+    # that its id is new) read one of the file's blocks
+    args = _load_args(source, tmp_path / "files")
+    with View(tmp_path / "view") as view:
+        view.load(**args)
+        segments = sum(1 for _ in view.items(K.SEGMENTS))
+        properties = view._kv.cfs[K.SEGMENTS].property_value("rocksdb.aggregated-table-properties")
+    table = {name: int(value) for name, value in re.findall(r"([^;=]+)=(\d+)", properties)}
+    assert table[" # entries for filter"] == segments > 0
+    assert table[" filter block size"] > 0 and table[" # index partitions"] > 0
