@@ -64,8 +64,8 @@ def table_format(cache: Cache | None = None) -> BlockBasedOptions:
 
 def write_sst(path: str, items: Iterable[tuple[bytes, bytes]]) -> None:
     """Rows of one column family, in key order, as a table file that ``RocksKV.ingest`` adds as it is, laid out
-    as the view writes its own (a restored view's files had no bloom filters: each read of a key they do
-    not hold, as applying a new segment does, read one of their blocks)."""
+    as the view writes its own (with no bloom filter and one whole index, read through the block cache, a
+    restored view of 1.5M segments applied its tail at a quarter of the rate)."""
     options = Options(raw_mode=True)
     options.set_block_based_table_factory(table_format())
     options.set_compression_type(DBCompressionType.lz4())
