@@ -120,6 +120,8 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
             'rlmm_view_records_total{result="applied"} 2.0',
             "rlmm_serving 1.0",
             "rlmm_view_disk_bytes",
+            'rlmm_view_memory_bytes{kind="memtables"}',
+            'rlmm_view_memory_bytes{kind="table_readers"}',
         ):
             assert line in scraped, line
         process.send_signal(signal.SIGTERM)

@@ -21,9 +21,11 @@ def test_table_files_hold_their_indexes_and_filters_in_the_block_cache(tmp_path:
             with view.batch() as batch:
                 for _ in range(ROWS_PER_FILE):
                     batch.stage.put(K.SEGMENTS, rng.randbytes(20), bytes(100))
+            unflushed = view.memory()["memtables"]
+            assert unflushed > ROWS_PER_FILE * 120  # the rows, before the flush
             view.flush()  # a table file each
-        segments = view._kv.cfs[K.SEGMENTS]
-        assert segments.property_int_value("rocksdb.num-files-at-level0") == FILES
-        held = segments.property_int_value("rocksdb.estimate-table-readers-mem")
-        assert held < ROWS_PER_FILE * FILES // 4, f"{held} bytes held beside the block cache"
+        assert view._kv.cfs[K.SEGMENTS].property_int_value("rocksdb.num-files-at-level0") == FILES
         assert sum(1 for _ in view.items(K.SEGMENTS)) == ROWS_PER_FILE * FILES  # and every row reads back
+        memory = view.memory()
+        assert memory["table_readers"] < ROWS_PER_FILE * FILES // 4, f"{memory} bytes held beside the block cache"
+        assert memory["memtables"] < unflushed // 10 and memory["block_cache"] > 0

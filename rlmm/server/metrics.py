@@ -112,6 +112,15 @@ class _ViewCollector(Collector):
         yield GaugeMetricFamily(
             "rlmm_view_disk_bytes", "Size of the view's files on disk", value=_disk_bytes(self.backend.view.path)
         )
+        memory = GaugeMetricFamily(
+            "rlmm_view_memory_bytes",
+            "Memory RocksDB holds for the view, by kind: block_cache (with the table files' indexes and filters), "
+            "memtables, table_readers (kept beside the cache by open table files)",
+            labels=["kind"],
+        )
+        for kind, size in self.backend.view.memory().items():
+            memory.add_metric([kind], size)
+        yield memory
 
 
 def _disk_bytes(path: Path) -> int:

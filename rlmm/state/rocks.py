@@ -198,6 +198,18 @@ class RocksKV:
         self.db = None  # the last reference: RocksDB releases the view's lock
         self._open()
 
+    def memory(self) -> dict[str, int]:
+        """Bytes RocksDB holds for the view, by kind: the block cache (table blocks, their indexes and filters
+        among them), the memtables, and the table readers (what open table files keep beside the cache)."""
+        if self.db is None:  # reopening
+            return {}
+        cfs = list(self.cfs.values())
+        return {
+            "block_cache": self.db.property_int_value("rocksdb.block-cache-usage") or 0,  # one, shared
+            "memtables": sum(cf.property_int_value("rocksdb.cur-size-all-mem-tables") or 0 for cf in cfs),
+            "table_readers": sum(cf.property_int_value("rocksdb.estimate-table-readers-mem") or 0 for cf in cfs),
+        }
+
     def _failed(self, exc: Exception) -> Exception:
         error = storage_error(exc)
         if isinstance(error, ViewDamaged) and self.fault is None:

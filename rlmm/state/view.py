@@ -185,6 +185,10 @@ class View:
         """The damage RocksDB first reported (a checksum mismatch...), None while none was seen."""
         return self._kv.fault
 
+    def memory(self) -> dict[str, int]:
+        """Bytes RocksDB holds for the view, by kind (``RocksKV.memory``)."""
+        return self._kv.memory()
+
     def flush(self) -> None:
         """Make every committed batch durable (fsync) and move it out of the WAL, for a clean shutdown."""
         self._kv.flush()
