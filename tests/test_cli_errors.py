@@ -149,6 +149,12 @@ def test_health_and_query_against_a_server_and_without_one(tmp_path) -> None:
         one_error_line(done.stderr, "NOT_FOUND: ")
         done = rlmm("query", "--target", target, "ready", "7Im3pooKyYT3GrJH6It1kQ:clicks:0")
         assert (done.returncode, done.stdout, done.stderr) == (0, "false\n", "")  # an answer, not a failure
+        # a topic id's text may start with '-' (1 in 64), even with 'h', as the help option does
+        for dashed in ("-NOGerR7jhnaq36mImUU6g:clicks:0", "-hOGerR7jhnaq36mImUU6g:clicks:0"):
+            done = rlmm("query", "--target", target, "ready", dashed)
+            assert (done.returncode, done.stdout, done.stderr) == (0, "false\n", "")
+            done = rlmm("query", "segment", dashed, "0", "42", "--target", target)
+            assert done.returncode == 1 and json.loads(done.stdout)["error"] == "NOT_FOUND"
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(30) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -129,11 +130,25 @@ def query(
     ctx.obj = ctx.with_resource(client)
 
 
+# Kafka writes a topic id as 22 characters of base64url, where 1 in 64 starts with '-': such a partition,
+# -NOGerR7jhnaq36mImUU6g:clicks:0, is an argument, where click would read options (-N..., or -h, the help)
+_DASHED_PARTITION = re.compile(r"-[A-Za-z0-9_-]{21}:.*:[0-9]+")
+_ARGUMENT = "\0"  # in front of such a token until its callback: no command line can hold it
+
+
+class _TakesDashedPartitions(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, [_ARGUMENT + a if _DASHED_PARTITION.fullmatch(a) else a for a in args])
+
+
+query.command_class = _TakesDashedPartitions
+
+
 def _partition(ctx, param, value: str):
     from consumers.service import parse_partition
 
     try:
-        return parse_partition(value)
+        return parse_partition(value.removeprefix(_ARGUMENT))
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
 
