@@ -355,8 +355,8 @@ def second_half_growth(rss_curve: dict[str, float]) -> float:
     """How much RSS grew per million events over the second half of the apply, once the caches and memtables
     had filled: flat memory gives ~0."""
     points = sorted((int(n), mb) for n, mb in rss_curve.items() if n.isdigit())
-    (last, last_mb) = points[-1]
-    (middle, middle_mb) = next(point for point in points if point[0] >= last // 2)
+    last, last_mb = points[-1]
+    middle, middle_mb = next(point for point in points if point[0] >= last // 2)
     return round((last_mb - middle_mb) / max(last - middle, 1) * 1e6, 1)
 
 
