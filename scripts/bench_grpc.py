@@ -377,16 +377,13 @@ def measure_unary(server: subprocess.Popen, port: int, per_partition: int, secon
                 f"calls/s, p50 {report[f'{prefix}_p50_ms'][key]} ms, p99 {report[f'{prefix}_p99_ms'][key]} ms, "
                 f"server CPU {report[f'{prefix}_server_cpu_us_per_call'][key]} us per call"
             )
-    floor_qps, floor_p99 = report["unary_floor_qps"], report["unary_floor_p99_ms"]
-    report["unary_server_cpu_of_floor"] = {
-        clients: round(us / report["unary_floor_server_cpu_us_per_call"][clients], 2)
-        for clients, us in report["unary_server_cpu_us_per_call"].items()
-    }
-    report["unary_qps_of_floor"] = {c: round(qps / floor_qps[c], 2) for c, qps in report["unary_qps"].items()}
-    report["unary_p99_of_floor"] = {c: round(p99 / floor_p99[c], 2) for c, p99 in report["unary_p99_ms"].items()}
-    report["unary_first_qps_of_floor"] = {
-        c: round(qps / floor_qps[c], 2) for c, qps in report["unary_first_qps"].items()
-    }
+    for ratio, measured, floor in (
+        ("unary_server_cpu_of_floor", "unary_server_cpu_us_per_call", "unary_floor_server_cpu_us_per_call"),
+        ("unary_qps_of_floor", "unary_qps", "unary_floor_qps"),
+        ("unary_p99_of_floor", "unary_p99_ms", "unary_floor_p99_ms"),
+        ("unary_first_qps_of_floor", "unary_first_qps", "unary_floor_qps"),
+    ):
+        report[ratio] = {c: round(value / report[floor][c], 2) for c, value in report[measured].items()}
     return report
 
 
