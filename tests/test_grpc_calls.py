@@ -147,7 +147,13 @@ def test_writes_are_read_your_writes_and_kafkas_rules_refuse_some(service) -> No
     assert [s.segment_id for s in rlmm.list_remote_log_segments(tp)] == [seg.segment_id]
     assert rlmm.remote_log_segment_metadata(tp, 0, 5) is None
     rlmm.update_remote_log_segment_metadata(finished(seg))
-    assert rlmm.remote_log_segment_metadata(tp, 0, 5).segment_id == seg.segment_id
+    for _ in range(2):  # the second answer from the server's lookup memo
+        assert rlmm.remote_log_segment_metadata(tp, 0, 5).segment_id == seg.segment_id
+    replacing = segment(tp, 0, 19)  # the same start offset: replaces seg's entry in the epoch's offset index
+    rlmm.add_remote_log_segment_metadata(replacing)
+    rlmm.update_remote_log_segment_metadata(finished(replacing))
+    for _ in range(2):
+        assert rlmm.remote_log_segment_metadata(tp, 0, 5).segment_id == replacing.segment_id
     with pytest.raises(
         RefusedError, match="should have state as COPY_SEGMENT_STARTED but it contains state as: COPY_SEGMENT_FINISHED"
     ) as refused:
@@ -160,6 +166,8 @@ def test_writes_are_read_your_writes_and_kafkas_rules_refuse_some(service) -> No
         )
     for state in PartitionDeleteState:
         rlmm.put_remote_partition_delete_metadata(partition_delete(tp, state))
+    with pytest.raises(NotFoundError, match="No resource found for partition"):
+        rlmm.remote_log_segment_metadata(tp, 0, 5)  # not the segment the memo held
     with pytest.raises(NotFoundError, match="No resource found for partition") as gone:
         rlmm.remote_log_size(tp)
     assert gone.value.code is grpc.StatusCode.NOT_FOUND

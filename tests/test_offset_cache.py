@@ -15,12 +15,14 @@ from rlmm.records.serde import encode_value
 from rlmm.state import keys as K
 from rlmm.state import offset_cache
 from rlmm.state import view as view_module
+from rlmm.state.machine import decode_segment
 from rlmm.state.offset_cache import ENTRY_OVERHEAD, EPOCH_WEIGHT
 from rlmm.state.queries import Queries
 from rlmm.state.view import View
 from tests.grpc_support import TS, fill_view, finished, new_tp, segment
 
 TP = new_tp("offset-cache")
+NAME = ("the request's topic id", TP.topic, TP.partition)  # how a request names TP to the lookup memo
 
 
 class Intercepted:
@@ -47,13 +49,20 @@ def batch(view: View, asked: list[tuple[int, int, int]]) -> list:
     ]
 
 
-def single(view: View, asked: list[tuple[int, int, int]], *, cached: bool = False) -> list:
-    """Each lookup on its own: by a seek (the reference), or ``cached`` through the view's offset cache."""
-    queries = view.queries if cached else Queries(view.queries.kv)
+def single(view: View, asked: list[tuple[int, int, int]], *, cached: bool = False, memo: bool = False) -> list:
+    """Each lookup on its own: by a seek (the reference), ``cached`` through the view's offset cache, or ``memo`` as
+    the server asks (the lookup memo's answer, else the view's, which the memo keeps)."""
+    queries = view.queries if cached or memo else Queries(view.queries.kv)
     answers = []
     for _, epoch, offset in asked:
         try:
-            found = queries.remote_log_segment_metadata(TP, epoch, offset)
+            if memo:
+                value = queries.known_segment_value(NAME, epoch, offset)
+                if value is None:
+                    value = queries.remote_log_segment_value(TP, epoch, offset, NAME)
+                found = None if value is None else decode_segment(value)
+            else:
+                found = queries.remote_log_segment_metadata(TP, epoch, offset)
         except KafkaStateError as exc:
             answers.append(exc.kafka_exception)
         else:
@@ -90,15 +99,30 @@ def test_commits_keep_the_cache_current(tmp_path: Path) -> None:
         fill_view(view, TP, first)
         assert batch(view, asked) == single(view, asked) == single(view, asked, cached=True)
         assert view.queries.offset_cache._entries  # the single lookups kept their entries
+        assert_memo_answers(view, asked)
         replacing = segment(TP, 0, 120)  # same start: replaces the first entry of epoch 0, evicts others
         apply(view, replacing, finished(replacing))
         assert single(view, asked, cached=True) == single(view, asked)
+        assert_memo_answers(view, asked)
         later = segment(TP, 300, 349, epoch=1)
         apply(view, later, finished(later))
         assert batch(view, asked) == single(view, asked) == single(view, asked, cached=True)
+        assert_memo_answers(view, asked)
         gone = first[1]
         apply(view, SegmentUpdate(TP, gone.segment_id, 1, TS, None, SegmentState.DELETE_SEGMENT_STARTED))
         assert batch(view, asked) == single(view, asked) == single(view, asked, cached=True)
+        assert_memo_answers(view, asked)
+
+
+def assert_memo_answers(view: View, asked: list[tuple[int, int, int]]) -> None:
+    """Asked as the server asks, twice, the lookups answer as seeks do, and the second time the memo knows
+    every segment found."""
+    expected = single(view, asked)
+    assert single(view, asked, memo=True) == expected
+    assert [view.queries.known_segment_value(NAME, epoch, offset) for _, epoch, offset in asked] == [
+        answer if isinstance(answer, bytes) else None for answer in expected
+    ]
+    assert single(view, asked, memo=True) == expected
 
 
 def test_a_partition_dropped_and_registered_again(tmp_path: Path) -> None:
@@ -106,12 +130,15 @@ def test_a_partition_dropped_and_registered_again(tmp_path: Path) -> None:
     with View(tmp_path / "view") as view:
         fill_view(view, TP, [segment(TP, 50, 99), segment(TP, 100, 199, epoch=1)])
         assert batch(view, asked) == single(view, asked) == single(view, asked, cached=True)
+        assert_memo_answers(view, asked)
         with view.batch() as b:
             b.unassign(TP)
         assert set(batch(view, asked)) == {"RemoteResourceNotFoundException"}
+        assert set(single(view, asked, memo=True)) == {"RemoteResourceNotFoundException"}
         assert not view.queries.offset_cache._entries
         fill_view(view, TP, [segment(TP, 10, 99), segment(TP, 90, 249, epoch=1)])  # earlier starts than before
         assert batch(view, asked) == single(view, asked) == single(view, asked, cached=True)
+        assert_memo_answers(view, asked)
 
 
 def test_a_small_cache_evicts_and_seeks_past_its_limit(tmp_path: Path, monkeypatch) -> None:

@@ -169,7 +169,8 @@ def test_view_matches_naive_model(stream) -> None:
                     assert batch.apply(0, offset, value) == expected, (offset, record)
             assert probe_partition(view.queries, ASSIGNED) == probe_partition(model, ASSIGNED)
             assert probe_partition(view.queries, OTHER) == probe_partition(model, OTHER)
-            assert batch_answers(view.queries) == single_answers(view.queries)
+            assert batch_answers(view.queries) == single_answers(view.queries) == memo_answers(view.queries)
+            assert memo_answers(view.queries) == single_answers(view.queries)  # now partly from the memo
 
 
 def ready_view(path: Path) -> View:
@@ -204,4 +205,23 @@ def single_answers(queries: Queries) -> list:
             answers.append(exc.kafka_exception)
         else:
             answers.append(None if found is None else encode_value(found))
+    return answers
+
+
+NAMES = [("id", tp.topic, tp.partition) for tp in (ASSIGNED, OTHER)]  # as requests name them to the lookup memo
+
+
+def memo_answers(queries: Queries) -> list:
+    """Single lookups as the server asks them: the lookup memo's answer, else the view's (which the memo keeps;
+    it lives across batches)."""
+    answers = []
+    for p, epoch, offset in BATCH_LOOKUPS:
+        try:
+            value = queries.known_segment_value(NAMES[p], epoch, offset)
+            if value is None:
+                value = queries.remote_log_segment_value((ASSIGNED, OTHER)[p], epoch, offset, NAMES[p])
+        except KafkaStateError as exc:
+            answers.append(exc.kafka_exception)
+        else:
+            answers.append(value)
     return answers

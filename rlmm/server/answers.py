@@ -1,10 +1,12 @@
 """Serialized answers of a unary call that answers one segment, by the segment's topic value: the same
 stored bytes always make the same answer, so nothing invalidates them, and a segment asked for again (a
 fetcher reads a segment by many offsets) costs a dictionary lookup instead of decoding the value, filling
-the message and serializing it."""
+the message and serializing it. The answers kept first are dropped first: a segment asked again and
+again stays, where clearing them all at the limit would rebuild every answer at once."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 
 from google.protobuf.message import Message
@@ -12,7 +14,7 @@ from google.protobuf.message import Message
 from rlmm import convert
 from rlmm.state.machine import decode_segment
 
-# answers kept (~310 bytes each with their values for the benchmark's segments: ~6 MB), then started afresh
+# answers kept (~310 bytes each with their values for the benchmark's segments: ~6 MB)
 KEPT = 20_000
 
 
@@ -20,7 +22,7 @@ class SegmentAnswers:
     def __init__(self, response: Callable[[], Message]) -> None:
         """``response``: the call's response class, whose ``remote_log_segment_metadata`` holds the segment."""
         self._response = response
-        self._answers: dict[bytes | None, bytes] = {}
+        self._answers: OrderedDict[bytes | None, bytes] = OrderedDict()
 
     def answer(self, value: bytes | None) -> bytes:
         """The serialized response holding the segment whose topic value is ``value`` (None: none)."""
@@ -29,6 +31,6 @@ class SegmentAnswers:
             segment = None if value is None else decode_segment(value)
             answer = convert.with_segment(self._response(), segment).SerializeToString()
             if len(self._answers) >= KEPT:
-                self._answers.clear()
+                self._answers.popitem(last=False)
             self._answers[value] = answer
         return answer

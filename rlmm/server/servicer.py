@@ -174,10 +174,14 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
         return self.backend.queries
 
     def RemoteLogSegmentMetadata(self, request, context) -> bytes:
-        tp = partition_of(request)
-        value = self._queries.remote_log_segment_value(
-            tp, not_negative(request.leader_epoch, "leader_epoch"), not_negative(request.offset, "offset")
-        )
+        queries = self._queries
+        msg, epoch, offset = request.topic_id_partition, request.leader_epoch, request.offset
+        name = (msg.topic_id, msg.topic, msg.partition)  # the memo keeps only names of checked partitions
+        value = queries.known_segment_value(name, epoch, offset)
+        if value is None:
+            value = queries.remote_log_segment_value(
+                partition_of(request), not_negative(epoch, "leader_epoch"), not_negative(offset, "offset"), name
+            )
         return self._segment_answers.answer(value)
 
     def BatchRemoteLogSegmentMetadata(self, request, context):

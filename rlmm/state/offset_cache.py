@@ -90,6 +90,10 @@ class OffsetCache:
             self._keep(key, value, generation)
         return self._generation == generation, value  # type: ignore[return-value]
 
+    def held_starts(self, prefix: bytes) -> array | None:
+        """The start offsets held for the epoch of ``prefix`` (kept current in place by ``committed``)."""
+        return self._starts.get(prefix)
+
     def _keep(self, key: bytes, value: bytes | None, generation: int) -> None:
         size = _entry_size(key, value)
         if size > self.entry_bytes:

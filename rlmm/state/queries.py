@@ -17,6 +17,7 @@ from rlmm.state import keys as K
 from rlmm.state import timestamp_index
 from rlmm.state.epoch_index import ref_entry
 from rlmm.state.kv import Item, ReadKV, last, scan
+from rlmm.state.lookup_memo import LookupMemo, Name
 from rlmm.state.machine import decode_segment, load_segment
 from rlmm.state.offset_cache import OffsetCache
 from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, ref_epoch_end, ref_value
@@ -26,10 +27,12 @@ ROWS_KEPT = 100_000  # partition rows kept parsed
 
 
 class Queries:
-    def __init__(self, kv: ReadKV, offset_cache: OffsetCache | None = None) -> None:
-        """``offset_cache`` (over the same state as ``kv``) speeds up batch lookups."""
+    def __init__(self, kv: ReadKV, offset_cache: OffsetCache | None = None, memo: LookupMemo | None = None) -> None:
+        """``offset_cache`` (over the same state as ``kv``) speeds up lookups, ``memo`` single lookups asked again
+        (with the offset cache only)."""
         self.kv = kv
         self.offset_cache = offset_cache
+        self.memo = memo if offset_cache is not None else None
         # the row last read for each partition, with the stored bytes it came from: a read-through cache
         # below returns the same bytes object until the partition's row changes
         self._rows: dict[TopicIdPartition, tuple[bytes, PartitionRow]] = {}
@@ -87,15 +90,31 @@ class Queries:
         value = self.remote_log_segment_value(tp, epoch, offset)
         return None if value is None else decode_segment(value)
 
-    def remote_log_segment_value(self, tp: TopicIdPartition, epoch: int, offset: int) -> bytes | None:
+    def known_segment_value(self, name: Name, epoch: int, offset: int) -> bytes | None:
+        """``remote_log_segment_value``'s segment, if the memo holds it for the partition ``name`` (the request's
+        fields, which ``remote_log_segment_value`` was given with its partition); None when it does not."""
+        return None if self.memo is None else self.memo.find(name, epoch, offset)
+
+    def remote_log_segment_value(
+        self, tp: TopicIdPartition, epoch: int, offset: int, name: Name | None = None
+    ) -> bytes | None:
         """``remote_log_segment_metadata``'s segment as its topic value (undecoded). The floor entry comes from
         the offset cache when there is one (a bisection, then the entry it kept or a point read, instead of a
-        seek)."""
+        seek); a segment found so is kept in the memo under ``name``, if given, the request's fields that
+        named ``tp`` (see ``known_segment_value``)."""
+        memo = None if name is None else self.memo
+        generation = 0 if memo is None else memo.generation
         tpid = self._ready_tpid(tp)
         if self.offset_cache is not None:
-            answered, raw = self.offset_cache.floor_entry(K.epoch_prefix(tpid, epoch), offset)
+            prefix = K.epoch_prefix(tpid, epoch)
+            answered, raw = self.offset_cache.floor_entry(prefix, offset)
             if answered:
-                return None if raw is None or offset > ref_epoch_end(raw) else ref_value(raw)
+                if raw is None or offset > ref_epoch_end(raw):
+                    return None
+                value = ref_value(raw)
+                if memo is not None and name is not None:
+                    memo.keep(name, K.tp_identity(tp), prefix, offset, ref_epoch_end(raw), value, generation)
+                return value
         found = self._lookup(tpid, epoch, offset, self._epoch_row(tpid, epoch))
         return None if found is None else found[1].value
 

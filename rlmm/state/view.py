@@ -25,6 +25,7 @@ from rlmm.state.cache import CachedReadKV
 from rlmm.state.classify import classify
 from rlmm.state.export import write_view_rows
 from rlmm.state.kv import ReadKV, StagedKV, scan
+from rlmm.state.lookup_memo import LookupMemo
 from rlmm.state.machine import StateMachine
 from rlmm.state.maxtree import Page
 from rlmm.state.maxtree import release as release_tree_pages
@@ -43,6 +44,7 @@ EPOCH_CACHE_LIMIT: Final = 100_000
 TREE_CACHE_LIMIT: Final = 4_096  # timestamp-tree pages (up to ~2.5 KB each in memory) and tops
 OFFSET_CACHE_LIMIT: Final = 4_000_000  # what lookups hold in memory, in start offsets (8 bytes): 32 MB
 OFFSET_ENTRY_CACHE_BYTES: Final = 4 << 20  # the offset-index entries single lookups read: ~10,000 segments
+LOOKUP_MEMO_BYTES: Final = 16 << 20  # the segments single lookups found: ~35,000 of ~200 bytes
 CONSUMER_STATE_PREFIX: Final = b"consumer:"  # meta keys owned by the consumer
 
 
@@ -129,7 +131,8 @@ class View:
         self._tree_tops: dict[bytes, tuple[int, int] | None] = {}
         self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS))
         self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT, OFFSET_ENTRY_CACHE_BYTES)
-        self.queries = Queries(self._read_cache, self._offset_cache)
+        self._lookup_memo = LookupMemo(self._offset_cache, LOOKUP_MEMO_BYTES)
+        self.queries = Queries(self._read_cache, self._offset_cache, self._lookup_memo)
         self._check_schema(read_only)
 
     def _check_schema(self, read_only: bool) -> None:
@@ -218,6 +221,7 @@ class View:
                 raw = self._kv.get(K.META, key)
                 batch.stage.put(K.META, key, K.offset_bytes((0 if raw is None else K.read_offset(raw, 0)) + count))
             self._offset_cache.committing(batch.stage)
+            self._lookup_memo.committing(batch.stage)
             try:
                 written = self._kv.commit(batch.stage)
             except BaseException:
@@ -225,6 +229,7 @@ class View:
                 raise
             self._read_cache.committed(batch.stage)
             self._offset_cache.committed(batch.stage)
+            self._lookup_memo.committed(batch.stage)
             if written and self._on_commit is not None:
                 self._on_commit()
             if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
@@ -276,6 +281,7 @@ class View:
         self._kv.catch_up()
         self._read_cache.clear()
         self._offset_cache.clear()
+        self._lookup_memo.clear()
 
     def _drop_caches(self) -> None:
         self._row_cache.clear()
@@ -284,6 +290,7 @@ class View:
         self._tree_tops.clear()
         self._read_cache.clear()
         self._offset_cache.clear()
+        self._lookup_memo.clear()
 
     def check(self) -> Iterator[tuple[str, int]]:
         """Read the whole view, every block's checksum verified: (column family, entries) for each in turn;
