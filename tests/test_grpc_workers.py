@@ -246,10 +246,24 @@ def test_a_write_through_one_worker_is_read_at_once_from_the_other(workers) -> N
             assert pinned[reader].remote_log_segment_metadata(tp, 0, 5) is None
             pinned[writer].update_remote_log_segment_metadata(finished(seg))
             assert pinned[reader].remote_log_segment_metadata(tp, 0, 5).segment_id == seg.segment_id
+            later = segment(tp, 10, 19)
+            pinned[writer].add_remote_log_segment_metadata(later)
+            pinned[writer].update_remote_log_segment_metadata(finished(later))
+            for _ in range(2):  # the second time from the reader's lookup memo
+                assert [pinned[reader].remote_log_segment_metadata(tp, 0, o).segment_id for o in (5, 15)] == [
+                    seg.segment_id,
+                    later.segment_id,
+                ]
+            replacing = segment(tp, 0, 9)  # the same start offset: replaces seg's offset-index entry
+            pinned[writer].add_remote_log_segment_metadata(replacing)
+            pinned[writer].update_remote_log_segment_metadata(finished(replacing))
+            assert pinned[reader].remote_log_segment_metadata(tp, 0, 15).segment_id == later.segment_id
+            assert pinned[reader].remote_log_segment_metadata(tp, 0, 5).segment_id == replacing.segment_id
             pinned[writer].put_remote_partition_delete_metadata(
                 partition_delete(tp, PartitionDeleteState.DELETE_PARTITION_FINISHED)
             )
             assert answer(pinned[reader].remote_log_size, tp)[0] == "NotFoundError"
+            assert answer(pinned[reader].remote_log_segment_metadata, tp, 0, 5)[0] == "NotFoundError"
     assert served.metrics()[("rlmm_view_catch_ups_total", (("worker", "1"),))] > 0
 
 
