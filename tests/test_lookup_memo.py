@@ -1,10 +1,12 @@
 """The lookup memo answers only what a lookup of the current state answers: a commit that changes a partition's
 row or offset index forgets that partition (and only it), a range deletion forgets all, a commit landing while
 a lookup reads keeps its result out, one landing while the memo answers sends the lookup to the view, and the
-memo stays within its bytes. (That lookups through it answer as seeks across commits: test_offset_cache.)"""
+memo stays within its bytes; readers racing a writer never get a segment already replaced. (That lookups
+through it answer as seeks across commits: test_offset_cache.)"""
 
 from __future__ import annotations
 
+import sys
 import threading
 from array import array
 from pathlib import Path
@@ -224,3 +226,42 @@ def test_between_a_commits_write_and_the_memos_update_the_memo_does_not_answer(t
         assert during is None
         assert single(view, [(0, 0, 50), (0, 0, 150)], memo=True) == single(view, [(0, 0, 50), (0, 0, 150)])
         assert single(view, [(0, 0, 150)]) == [None]
+
+
+def test_lookups_racing_commits_never_answer_a_replaced_segment(tmp_path: Path) -> None:
+    """Readers ask the memo (and the view, which keeps in it) while a writer replaces the segment they ask,
+    commit after commit: each answer is a version committed no earlier than when the lookup began."""
+    versions = [segment(TP, 0, 99 + i) for i in range(300)]  # one start offset: each replaces the one before
+    with View(tmp_path / "view") as view:
+        fill_view(view, TP, [versions[0], segment(TP, 1000, 1099)])
+        committed, stop, stale = [0], threading.Event(), []
+
+        def write() -> None:
+            try:
+                for i, version in enumerate(versions[1:], 1):
+                    apply(view, version, finished(version))
+                    committed[0] = i
+            finally:
+                stop.set()
+
+        def read() -> None:
+            while not stop.is_set():
+                first = committed[0]
+                answer = single(view, [(0, 0, 50)], memo=True)[0]
+                version = decode_segment(answer).end_offset - 99
+                if version < first:
+                    stale.append((version, first))
+
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)  # threads switch often, in the middle of lookups and commits
+        try:
+            threads = [threading.Thread(target=write)] + [threading.Thread(target=read) for _ in range(3)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+        finally:
+            sys.setswitchinterval(interval)
+        assert not stale
+        assert single(view, [(0, 0, 50)], memo=True) == single(view, [(0, 0, 50)])
+        assert decode_segment(single(view, [(0, 0, 50)], memo=True)[0]).segment_id == versions[-1].segment_id
