@@ -27,9 +27,10 @@ from rlmm.state import keys as K
 from rlmm.state.kv import StagedKV
 from rlmm.state.offset_cache import OffsetCache
 
-# bytes besides the values and names: a kept segment's key and value tuples, ints and ordered-dict node; a
-# partition's object, set and dict slots; a name's tuple and dict slot; an epoch's prefix and dict slot
-ENTRY_OVERHEAD: Final = 250
+# bytes besides the values' and names' lengths: a kept segment's key and value tuples, ints, ordered-dict node,
+# set entry and value header (380 measured with tracemalloc); a partition's object, set and dict slots; a name's
+# tuple and dict slot; an epoch's prefix and dict slot
+ENTRY_OVERHEAD: Final = 380
 PARTITION_OVERHEAD: Final = 500
 NAME_OVERHEAD: Final = 150
 EPOCH_OVERHEAD: Final = 100

@@ -44,7 +44,7 @@ EPOCH_CACHE_LIMIT: Final = 100_000
 TREE_CACHE_LIMIT: Final = 4_096  # timestamp-tree pages (up to ~2.5 KB each in memory) and tops
 OFFSET_CACHE_LIMIT: Final = 4_000_000  # what lookups hold in memory, in start offsets (8 bytes): 32 MB
 OFFSET_ENTRY_CACHE_BYTES: Final = 4 << 20  # the offset-index entries single lookups read: ~10,000 segments
-LOOKUP_MEMO_BYTES: Final = 16 << 20  # the segments single lookups found: ~35,000 of ~200 bytes
+LOOKUP_MEMO_BYTES: Final = 16 << 20  # the segments single lookups found: ~28,000 of ~200 bytes
 CONSUMER_STATE_PREFIX: Final = b"consumer:"  # meta keys owned by the consumer
 
 
