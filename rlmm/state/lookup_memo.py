@@ -168,6 +168,12 @@ class LookupMemo:
                         self._drop(partition)
             self.generation += 1
 
+    def changing(self) -> None:
+        """The view is about to change as no stage says (a secondary catching up): until ``clear``, the memo
+        neither answers nor keeps."""
+        with self._lock:
+            self.generation |= 1
+
     def clear(self) -> None:
         with self._lock:
             self._forget_all()

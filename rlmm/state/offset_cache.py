@@ -170,6 +170,12 @@ class OffsetCache:
             with self._lock:
                 self._generation += 1
 
+    def changing(self) -> None:
+        """The base is about to change as no stage says (a secondary catching up): until ``clear``, nothing read
+        is kept and nothing held answers, so that no lookup bisects start offsets of before with entries of after."""
+        with self._lock:
+            self._generation |= 1
+
     def committed(self, stage: StagedKV) -> None:
         """The base has written ``stage``: apply its changes to the held epochs."""
         if not _changes_offsets(stage):

@@ -278,6 +278,8 @@ class View:
 
     def catch_up(self) -> None:
         """A secondary view: see every batch the writer has committed until now, nothing cached from before."""
+        self._offset_cache.changing()
+        self._lookup_memo.changing()
         self._kv.catch_up()
         self._read_cache.clear()
         self._offset_cache.clear()
