@@ -37,8 +37,8 @@ def memo_of(limit: int = 1 << 20) -> LookupMemo:
 
 
 def kept(memo: LookupMemo, name=("id", "t", 0), tpid: bytes = TPID, identity: bytes = b"identity") -> None:
-    """Keep the segment at offset 150 (start 100, epoch end 199) of epoch 3."""
-    memo.keep(name, identity, K.epoch_prefix(tpid, 3), 150, 199, b"value", memo.generation)
+    """Keep the segment at start 100 (epoch end 199) of epoch 3."""
+    memo.keep(name, identity, K.epoch_prefix(tpid, 3), 100, 199, b"value", memo.generation)
 
 
 def committed(memo: LookupMemo, cf: str, key: bytes, *, prefix: bool = False) -> None:
@@ -62,7 +62,7 @@ def test_the_memo_answers_offsets_within_the_kept_entry_only() -> None:
         None,
     ]
     assert memo.find(name, 2, 150) is None and memo.find(("id", "t", 1), 3, 150) is None
-    memo.keep(name, b"identity", K.epoch_prefix(TPID, 3), 250, 299, b"last", memo.generation)
+    memo.keep(name, b"identity", K.epoch_prefix(TPID, 3), 200, 299, b"last", memo.generation)
     assert memo.find(name, 3, 250) == b"last"
     assert memo.find(name, 3, 5) is None and memo.find(name, 3, -1) is None  # below every start: asks the view
 
@@ -103,7 +103,7 @@ def test_what_was_read_before_a_commit_is_not_kept() -> None:
     memo = memo_of()
     before = memo.generation
     committed(memo, K.OFFSETS, K.offset_key(b"\x00\x00\x00\x08", 0, 0))  # any partition's
-    memo.keep(("id", "t", 0), b"identity", K.epoch_prefix(TPID, 3), 150, 199, b"value", before)
+    memo.keep(("id", "t", 0), b"identity", K.epoch_prefix(TPID, 3), 100, 199, b"value", before)
     assert memo.find(("id", "t", 0), 3, 150) is None
     stage = StagedKV(None)
     stage.pending[K.OFFSETS] = {K.offset_key(TPID, 0, 0): None}
@@ -120,9 +120,9 @@ def test_the_memo_stays_within_its_bytes_dropping_the_oldest_segments() -> None:
     partition = PARTITION_OVERHEAD + NAME_OVERHEAD + len("0d") + len("t") + EPOCH_OVERHEAD
     memo = memo_of(2 * partition + 3 * entry)
     for i in range(2):  # two partitions, with a segment at start 100 and one at start 200 each
-        for offset in (150, 250):
+        for start in (100, 200):
             memo.keep(
-                (f"{i}d", "t", 0), b"identity %d" % i, K.epoch_prefix(bytes([0, 0, 0, i]), 3), offset, 299, b"value", 0
+                (f"{i}d", "t", 0), b"identity %d" % i, K.epoch_prefix(bytes([0, 0, 0, i]), 3), start, 299, b"value", 0
             )
             assert memo._size == sum(p.size for p in memo._by_identity.values()) <= memo.limit
     # the first partition's first segment made room for the second's last
@@ -130,7 +130,7 @@ def test_the_memo_stays_within_its_bytes_dropping_the_oldest_segments() -> None:
         None,
         *[b"value"] * 3,
     ]
-    memo.keep(("2d", "t", 0), b"identity 2", K.epoch_prefix(b"\x00\x00\x00\x02", 3), 150, 299, b"value", 0)
+    memo.keep(("2d", "t", 0), b"identity 2", K.epoch_prefix(b"\x00\x00\x00\x02", 3), 100, 299, b"value", 0)
     assert list(memo._by_identity) == [b"identity 1", b"identity 2"]  # the first partition left with its last
     assert set(memo._by_name) == {("1d", "t", 0), ("2d", "t", 0)}
     assert memo._size == sum(p.size for p in memo._by_identity.values()) <= memo.limit
@@ -141,15 +141,16 @@ def test_a_commit_between_a_lookups_read_and_what_it_keeps(tmp_path: Path) -> No
         first = segment(TP, 0, 99)
         fill_view(view, TP, [first])
         cache = view.queries.offset_cache
-        held = cache.held_starts
+        floor_entry = cache.floor_entry
         landing = segment(TP, 0, 149)  # the same offset-index key, another entry
 
-        def commit_then_held(prefix):  # the lookup has read its answer, and a commit lands
-            cache.held_starts = held
+        def read_then_commit(prefix, offset):  # the lookup has read its answer, and a commit lands
+            cache.floor_entry = floor_entry
+            found = floor_entry(prefix, offset)
             apply(view, landing, finished(landing))
-            return held(prefix)
+            return found
 
-        cache.held_starts = commit_then_held
+        cache.floor_entry = read_then_commit
         value = view.queries.remote_log_segment_value(TP, 0, 50, NAME)
         assert decode_segment(value).end_offset == 99  # the state it read
         assert view.queries.known_segment_value(NAME, 0, 50) is None  # not kept: the commit replaced it

@@ -88,17 +88,14 @@ class LookupMemo:
         name: Name,
         identity: bytes,
         epoch_prefix: bytes,
-        offset: int,
+        start: int,
         epoch_end: int,
         value: bytes,
         generation: int,
     ) -> None:
-        """Keep the segment found for ``offset`` in the epoch of ``epoch_prefix``, in the partition ``name`` (the
-        key of its row: ``identity``), as read from the view since the memo's ``generation`` was ``generation``."""
-        starts = self.offset_cache.held_starts(epoch_prefix)
-        start = None if starts is None else _floor_start(starts, offset)
-        if start is None:
-            return
+        """Keep the segment found at the offset-index entry ``start`` of the epoch of ``epoch_prefix``, in the
+        partition ``name`` (the key of its row: ``identity``), as read from the view since the memo's
+        ``generation`` was ``generation``."""
         epoch = K.read_epoch(epoch_prefix, TPID_LEN)
         with self._lock:
             if generation != self.generation or generation & 1:

@@ -76,19 +76,19 @@ class OffsetCache:
         values = self.base.get_many(K.OFFSETS, keys)
         return values if self._generation == generation else None
 
-    def floor_entry(self, prefix: bytes, offset: int) -> tuple[bool, bytes | None]:
-        """``floor_entries`` of one lookup, read with a point get (a multi-get of one key costs twice as much):
-        (False, None) when the cache cannot answer."""
+    def floor_entry(self, prefix: bytes, offset: int) -> tuple[bytes, bytes | None] | None:
+        """``floor_entries`` of one lookup, with its floor key (``_floor_keys``), read with a point get (a multi-get of
+        one key costs twice as much): None when the cache cannot answer."""
         generation = self._generation
         keys = self._floor_keys(((prefix, offset),), generation, SINGLE_LOAD_KEYS)
         if keys is None:
-            return False, None
+            return None
         key = keys[0]
         value = self._entries.get(key, _MISSING)
         if value is _MISSING:
             value = self.base.get(K.OFFSETS, key)
             self._keep(key, value, generation)
-        return self._generation == generation, value  # type: ignore[return-value]
+        return (key, value) if self._generation == generation else None  # type: ignore[return-value]
 
     def held_starts(self, prefix: bytes) -> array | None:
         """The start offsets held for the epoch of ``prefix`` (kept current in place by ``committed``)."""

@@ -107,13 +107,18 @@ class Queries:
         tpid = self._ready_tpid(tp)
         if self.offset_cache is not None:
             prefix = K.epoch_prefix(tpid, epoch)
-            answered, raw = self.offset_cache.floor_entry(prefix, offset)
-            if answered:
-                if raw is None or offset > ref_epoch_end(raw):
+            floor = self.offset_cache.floor_entry(prefix, offset)
+            if floor is not None:
+                key, raw = floor
+                if raw is None:
+                    return None
+                epoch_end = ref_epoch_end(raw)
+                if offset > epoch_end:
                     return None
                 value = ref_value(raw)
                 if memo is not None and name is not None:
-                    memo.keep(name, K.tp_identity(tp), prefix, offset, ref_epoch_end(raw), value, generation)
+                    start = K.read_offset(key, K.EPOCH_PREFIX_LEN)
+                    memo.keep(name, K.tp_identity(tp), prefix, start, epoch_end, value, generation)
                 return value
         found = self._lookup(tpid, epoch, offset, self._epoch_row(tpid, epoch))
         return None if found is None else found[1].value
