@@ -151,7 +151,7 @@ def test_a_commit_between_a_lookups_read_and_what_it_keeps(tmp_path: Path) -> No
             return found
 
         cache.floor_entry = read_then_commit
-        value = view.queries.remote_log_segment_value(TP, 0, 50, NAME)
+        value = view.queries._segment_value(TP, 0, 50, NAME)  # the lookup itself, which the clock runs again
         assert decode_segment(value).end_offset == 99  # the state it read
         assert view.queries.known_segment_value(NAME, 0, 50) is None  # not kept: the commit replaced it
         assert single(view, [(0, 0, 120)], memo=True) == single(view, [(0, 0, 120)]) != [None]

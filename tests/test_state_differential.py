@@ -192,7 +192,7 @@ BATCH_LOOKUPS = [(p, epoch, offset) for p in (0, 1) for epoch in range(8) for of
 def batch_answers(queries: Queries) -> list:
     """Lookups of both partitions in one batch (from the offset cache, which lives across batches)."""
     indexes, epochs, offsets = ([lookup[i] for lookup in BATCH_LOOKUPS] for i in range(3))
-    answers = queries.segment_values(queries.lookup_partitions([ASSIGNED, OTHER]), indexes, epochs, offsets)
+    answers = queries.segment_values([ASSIGNED, OTHER], indexes, epochs, offsets)[1]
     return [a if a is None or isinstance(a, bytes) else a.kafka_exception for a in answers]
 
 

@@ -55,7 +55,8 @@ def test_a_lookup_while_a_secondary_catches_up_answers_the_state_before_or_after
             clear = read_cache.clear
 
             def look_up_then_clear() -> None:  # the store has caught up, the caches not yet
-                answers.append(queries.remote_log_segment_value(tp, 0, 150, ("id", tp.topic, tp.partition)))
+                # the lookup itself: the clock would hold it until the catch-up's end, the caches must decline
+                answers.append(queries._segment_value(tp, 0, 150, ("id", tp.topic, tp.partition)))
                 clear()
 
             read_cache.clear = look_up_then_clear

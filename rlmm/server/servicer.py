@@ -186,8 +186,7 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
 
     def BatchRemoteLogSegmentMetadata(self, request, context):
         partitions, indexes, epochs, offsets = self._lookups(request.lookups)
-        queries = self._queries
-        answers = queries.segment_values(queries.lookup_partitions(partitions), indexes, epochs, offsets)
+        _, answers = self._queries.segment_values(partitions, indexes, epochs, offsets)
         response = api.BatchRemoteLogSegmentMetadataResponse()
         (_add_kafka_values if request.kafka_values else _add_messages)(response.results, answers)
         self.metrics.lookups.inc(len(answers))
@@ -236,9 +235,7 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
                 f"partition_indexes[{at}]", f"{indexes[at]} is no index of the {len(partitions)} partitions"
             )
         _not_negative_column(epochs, "leader_epochs[{}]", offsets, "offsets[{}]")
-        queries = self._queries
-        tpids = queries.lookup_partitions(partitions)
-        answers = queries.segment_values(tpids, indexes, epochs, offsets)
+        tpids, answers = self._queries.segment_values(partitions, indexes, epochs, offsets)
         response = api.ColumnarRemoteLogSegmentMetadataResponse()
         response.kafka_values.extend([answer if type(answer) is bytes else b"" for answer in answers])
         for index, tpid in enumerate(tpids):
@@ -259,7 +256,7 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
         if request.HasField("leader_epoch"):
             segments = iter(self._queries.list_epoch_segments(tp, not_negative(request.leader_epoch, "leader_epoch")))
         else:
-            segments = self._queries.list_remote_log_segments(tp)  # checks the partition at the first step
+            segments = self._queries.list_remote_log_segments(tp)  # checks the partition, then streams its scan
         chunk = api.ListRemoteLogSegmentsResponse()
         for segment in segments:
             convert.fill_segment_metadata(chunk.remote_log_segment_metadata.add(), segment)

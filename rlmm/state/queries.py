@@ -1,4 +1,5 @@
-"""The RLMM read calls, each a point get or one seek plus a scan bounded by its answer.
+"""The RLMM read calls, each a point get or one seek plus a scan bounded by its answer, each answering from
+one committed state (``CommitClock.read``) however many reads it takes.
 
 Errors follow Kafka's RemotePartitionMetadataStore: a partition without a cache (never assigned or
 removed by DELETE_PARTITION_FINISHED) raises RemoteResourceNotFound, one not yet initialized raises
@@ -8,6 +9,7 @@ ReplicaNotAvailable.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import TypeVar
 
 from rlmm.errors import KafkaStateError, RemoteResourceNotFound, ReplicaNotAvailable
@@ -15,6 +17,7 @@ from rlmm.records.model import SegmentMetadata, TopicIdPartition
 from rlmm.records.uuid import uuid_to_str
 from rlmm.state import keys as K
 from rlmm.state import timestamp_index
+from rlmm.state.commit_clock import CommitClock
 from rlmm.state.epoch_index import ref_entry
 from rlmm.state.kv import Item, ReadKV, last, scan
 from rlmm.state.lookup_memo import LookupMemo, Name
@@ -27,10 +30,18 @@ ROWS_KEPT = 100_000  # partition rows kept parsed
 
 
 class Queries:
-    def __init__(self, kv: ReadKV, offset_cache: OffsetCache | None = None, memo: LookupMemo | None = None) -> None:
+    def __init__(
+        self,
+        kv: ReadKV,
+        offset_cache: OffsetCache | None = None,
+        memo: LookupMemo | None = None,
+        clock: CommitClock | None = None,
+    ) -> None:
         """``offset_cache`` (over the same state as ``kv``) speeds up lookups, ``memo`` single lookups asked again
-        (with the offset cache only)."""
+        (with the offset cache only); ``clock``: the one inside which the writer of ``kv`` publishes its commits
+        (none: nothing commits while this reads)."""
         self.kv = kv
+        self._clock = CommitClock() if clock is None else clock
         self.offset_cache = offset_cache
         self.memo = memo if offset_cache is not None else None
         # the row last read for each partition, with the stored bytes it came from: a read-through cache
@@ -83,7 +94,7 @@ class Queries:
         return None if offset > entry.epoch_end else (item[0], entry)
 
     def is_ready(self, tp: TopicIdPartition) -> bool:
-        row = self.partition_row(tp)
+        row = self.partition_row(tp)  # one read
         return row is not None and row.assigned and row.ready and not row.removed
 
     def remote_log_segment_metadata(self, tp: TopicIdPartition, epoch: int, offset: int) -> SegmentMetadata | None:
@@ -102,6 +113,9 @@ class Queries:
         the offset cache when there is one (a bisection, then the entry it kept or a point read, instead of a
         seek); a segment found so is kept in the memo under ``name``, if given, the request's fields that
         named ``tp`` (see ``known_segment_value``)."""
+        return self._clock.read(self._segment_value, tp, epoch, offset, name)
+
+    def _segment_value(self, tp: TopicIdPartition, epoch: int, offset: int, name: Name | None) -> bytes | None:
         memo = None if name is None else self.memo
         generation = 0 if memo is None else memo.generation
         tpid = self._ready_tpid(tp)
@@ -123,21 +137,27 @@ class Queries:
         found = self._lookup(tpid, epoch, offset, self._epoch_row(tpid, epoch))
         return None if found is None else found[1].value
 
-    def lookup_partitions(self, partitions: Sequence[TopicIdPartition]) -> list[bytes | KafkaStateError]:
-        """Each partition's key in the view, or the error its lookups fail with."""
-        return [self._ready_tpid_or_error(tp) for tp in partitions]
-
     def segment_values(
         self,
-        tpids: Sequence[bytes | KafkaStateError],
+        partitions: Sequence[TopicIdPartition],
         indexes: Sequence[int],
         epochs: Sequence[int],
         offsets: Sequence[int],
-    ) -> list[bytes | None | KafkaStateError]:
-        """``remote_log_segment_metadata`` of lookups given in columns: lookup i is (``tpids[indexes[i]]``,
-        ``epochs[i]``, ``offsets[i]``), its partition checked by ``lookup_partitions``. A segment comes as
-        its topic value (undecoded), a failing lookup as its partition's error. The floor entries come from
-        the offset cache when there is one (seeks otherwise)."""
+    ) -> tuple[list[bytes | KafkaStateError], list[bytes | None | KafkaStateError]]:
+        """``remote_log_segment_metadata`` of lookups given in columns: lookup i is (``partitions[indexes[i]]``,
+        ``epochs[i]``, ``offsets[i]``). Returns each partition's key in the view or the error its lookups fail
+        with, and each lookup's segment as its topic value (undecoded) or its partition's error, all from one
+        committed state. The floor entries come from the offset cache when there is one (seeks otherwise)."""
+        return self._clock.read(self._segment_values, partitions, indexes, epochs, offsets)
+
+    def _segment_values(
+        self,
+        partitions: Sequence[TopicIdPartition],
+        indexes: Sequence[int],
+        epochs: Sequence[int],
+        offsets: Sequence[int],
+    ) -> tuple[list[bytes | KafkaStateError], list[bytes | None | KafkaStateError]]:
+        tpids = [self._ready_tpid_or_error(tp) for tp in partitions]
         answers: list = [tpids[p] for p in indexes]
         epoch_prefix = K.epoch_prefix
         asked = [i for i, tpid in enumerate(answers) if type(tpid) is bytes]
@@ -147,7 +167,7 @@ class Queries:
             entries = self._floor_entries(asks)
         for i, (_, offset), raw in zip(asked, asks, entries):
             answers[i] = None if raw is None or offset > ref_epoch_end(raw) else ref_value(raw)
-        return answers
+        return tpids, answers
 
     def _ready_tpid_or_error(self, tp: TopicIdPartition) -> bytes | KafkaStateError:
         try:
@@ -167,18 +187,28 @@ class Queries:
         return entries
 
     def highest_offset_for_epoch(self, tp: TopicIdPartition, epoch: int) -> int | None:
+        return self._clock.read(self._highest_offset_for_epoch, tp, epoch)
+
+    def _highest_offset_for_epoch(self, tp: TopicIdPartition, epoch: int) -> int | None:
         er = self._epoch_row(self._ready_tpid(tp), epoch)
         return None if er is None else er.highest_offset
 
     def list_remote_log_segments(self, tp: TopicIdPartition) -> Iterator[SegmentMetadata]:
-        """Every segment not yet DELETE_SEGMENT_FINISHED, in segment-id order (Kafka: hash order)."""
-        tpid = self._ready_tpid(tp)
-        for _, raw in scan(self.kv, K.SEGMENTS, tpid):
-            yield decode_segment(raw)
+        """Every segment not yet DELETE_SEGMENT_FINISHED, in segment-id order (Kafka: hash order). The partition
+        is checked where the scan starts, whose iterator then reads that state, however long it is read."""
+        return (decode_segment(raw) for _, raw in self._clock.read(self._segment_items, tp))
+
+    def _segment_items(self, tp: TopicIdPartition) -> Iterator[Item]:
+        items = scan(self.kv, K.SEGMENTS, self._ready_tpid(tp))
+        first = next(items, None)  # the store's iterator is made here
+        return iter(()) if first is None else chain((first,), items)
 
     def list_epoch_segments(self, tp: TopicIdPartition, epoch: int) -> list[SegmentMetadata]:
         """Referenced and unreferenced segments of the epoch in Kafka's order: the offset index's
         order, re-sorted by start offset (stable) when unreferenced ones exist."""
+        return self._clock.read(self._list_epoch_segments, tp, epoch)
+
+    def _list_epoch_segments(self, tp: TopicIdPartition, epoch: int) -> list[SegmentMetadata]:
         tpid = self._ready_tpid(tp)
         er = self._epoch_row(tpid, epoch)
         if er is None or er.members == 0:
@@ -196,6 +226,9 @@ class Queries:
 
     def remote_log_size(self, tp: TopicIdPartition, epoch: int | None = None) -> int:
         """Bytes of the partition's segments (all, or those tracked under one epoch, as Kafka sums them)."""
+        return self._clock.read(self._remote_log_size, tp, epoch)
+
+    def _remote_log_size(self, tp: TopicIdPartition, epoch: int | None) -> int:
         tpid = self._ready_tpid(tp)
         if epoch is None:
             return _present(self.partition_row(tp)).total_size
@@ -211,6 +244,9 @@ class Queries:
         segment with a non-empty txn index. A run of contiguous entries is crossed with one seek in the
         txn index and one in the chain-break index; only a break (or the epoch's last entry) costs a
         step of Kafka's walk."""
+        return self._clock.read(self._next_segment_with_txn_index, tp, epoch, offset)
+
+    def _next_segment_with_txn_index(self, tp: TopicIdPartition, epoch: int, offset: int) -> SegmentMetadata | None:
         tpid = self._ready_tpid(tp)
         er = self._epoch_row(tpid, epoch)
         prefix = K.epoch_prefix(tpid, epoch)
@@ -241,6 +277,11 @@ class Queries:
         the epoch's tree of maxima (a seek per branching level); the unreferenced segments, when there are
         any, are read (see rlmm/state/timestamp_index.py). (The broker's own check of the segment against
         its leader-epoch cache is not part of the metadata and stays with the broker.)"""
+        return self._clock.read(self._first_segment_with_max_timestamp_at_least, tp, epoch, timestamp, starting_offset)
+
+    def _first_segment_with_max_timestamp_at_least(
+        self, tp: TopicIdPartition, epoch: int, timestamp: int, starting_offset: int
+    ) -> SegmentMetadata | None:
         tpid = self._ready_tpid(tp)
         er = self._epoch_row(tpid, epoch)
         if er is None or er.members == 0:
@@ -249,7 +290,7 @@ class Queries:
             raise _dangling(tp, epoch)
         prefix = K.epoch_prefix(tpid, epoch)
         if er.unreferenced and self.kv.ceiling(K.INVERSIONS, prefix, prefix) is not None:
-            listed = self.list_epoch_segments(tp, epoch)  # the order by start offset is not the index's
+            listed = self._list_epoch_segments(tp, epoch)  # the order by start offset is not the index's
             return next((s for s in listed if timestamp_index.qualifies(s, timestamp, starting_offset)), None)
         found = timestamp_index.first_referenced(self.kv, tpid, epoch, timestamp, starting_offset)
         referenced = None if found is None else ref_entry(self.kv, K.offset_key(tpid, epoch, found))
@@ -265,6 +306,9 @@ class Queries:
 
     def max_timestamp(self, tp: TopicIdPartition) -> SegmentMetadata | None:
         """The COPY_SEGMENT_FINISHED segment with the largest max timestamp (ties: larger end offset)."""
+        return self._clock.read(self._max_timestamp, tp)
+
+    def _max_timestamp(self, tp: TopicIdPartition) -> SegmentMetadata | None:
         tpid = self._ready_tpid(tp)
         item = last(self.kv, K.MAX_TIMESTAMP, tpid)
         return None if item is None else load_segment(self.kv, tpid, item[0][-16:])

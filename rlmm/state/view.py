@@ -23,6 +23,7 @@ from rlmm.records.model import TopicIdPartition
 from rlmm.state import keys as K
 from rlmm.state.cache import CachedReadKV
 from rlmm.state.classify import classify
+from rlmm.state.commit_clock import CommitClock
 from rlmm.state.export import write_view_rows
 from rlmm.state.kv import ReadKV, StagedKV, scan
 from rlmm.state.lookup_memo import LookupMemo
@@ -132,7 +133,8 @@ class View:
         self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS))
         self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT, OFFSET_ENTRY_CACHE_BYTES)
         self._lookup_memo = LookupMemo(self._offset_cache, LOOKUP_MEMO_BYTES)
-        self.queries = Queries(self._read_cache, self._offset_cache, self._lookup_memo)
+        self._clock = CommitClock()  # each change of the store and its caches is published inside it
+        self.queries = Queries(self._read_cache, self._offset_cache, self._lookup_memo, self._clock)
         self._check_schema(read_only)
 
     def _check_schema(self, read_only: bool) -> None:
@@ -177,7 +179,7 @@ class View:
     def reopen(self) -> None:
         """Open the view's database again and write to it, after RocksDB refused a write (a full disk): raises
         ``ViewStorageFailed`` while writes still fail."""
-        with self._write_lock:
+        with self._write_lock, self._clock.publishing():
             self._drop_caches()
             self._kv.reopen()
         with self.batch() as batch:
@@ -220,16 +222,17 @@ class View:
                 key = b"count:" + name.encode()
                 raw = self._kv.get(K.META, key)
                 batch.stage.put(K.META, key, K.offset_bytes((0 if raw is None else K.read_offset(raw, 0)) + count))
-            self._offset_cache.committing(batch.stage)
-            self._lookup_memo.committing(batch.stage)
-            try:
-                written = self._kv.commit(batch.stage)
-            except BaseException:
-                self._drop_caches()
-                raise
-            self._read_cache.committed(batch.stage)
-            self._offset_cache.committed(batch.stage)
-            self._lookup_memo.committed(batch.stage)
+            with self._clock.publishing():
+                self._offset_cache.committing(batch.stage)
+                self._lookup_memo.committing(batch.stage)
+                try:
+                    written = self._kv.commit(batch.stage)
+                except BaseException:
+                    self._drop_caches()
+                    raise
+                self._read_cache.committed(batch.stage)
+                self._offset_cache.committed(batch.stage)
+                self._lookup_memo.committed(batch.stage)
             if written and self._on_commit is not None:
                 self._on_commit()
             if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
@@ -259,13 +262,14 @@ class View:
             for cf, key, value in rows:
                 stage.put(cf, key, value)
             write_view_rows(stage, next_tpid, metadata_offsets, quarantine)
-            try:
-                for cf, paths in files.items():
-                    if paths:
-                        self._kv.ingest(cf, list(paths))
-                self._kv.commit(stage)
-            finally:
-                self._drop_caches()
+            with self._clock.publishing():
+                try:
+                    for cf, paths in files.items():
+                        if paths:
+                            self._kv.ingest(cf, list(paths))
+                    self._kv.commit(stage)
+                finally:
+                    self._drop_caches()
         self.flush()
 
     def _refuse_unless_empty(self) -> None:
@@ -278,12 +282,13 @@ class View:
 
     def catch_up(self) -> None:
         """A secondary view: see every batch the writer has committed until now, nothing cached from before."""
-        self._offset_cache.changing()
-        self._lookup_memo.changing()
-        self._kv.catch_up()
-        self._read_cache.clear()
-        self._offset_cache.clear()
-        self._lookup_memo.clear()
+        with self._clock.publishing():
+            self._offset_cache.changing()
+            self._lookup_memo.changing()
+            self._kv.catch_up()
+            self._read_cache.clear()
+            self._offset_cache.clear()
+            self._lookup_memo.clear()
 
     def _drop_caches(self) -> None:
         self._row_cache.clear()
