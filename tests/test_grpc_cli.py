@@ -122,6 +122,8 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
             "rlmm_view_disk_bytes",
             'rlmm_view_memory_bytes{kind="memtables"}',
             'rlmm_view_memory_bytes{kind="table_readers"}',
+            "rlmm_view_reads_run_again_total 0.0",
+            "rlmm_view_reads_holding_commits_total 0.0",
         ):
             assert line in scraped, line
         process.send_signal(signal.SIGTERM)

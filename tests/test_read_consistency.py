@@ -57,8 +57,10 @@ def before_or_after(view: View, call: Callable[[], object], commit: Callable[[],
     (method, column family), and the state after differs from the state before."""
     before = answer(call)
     landed = commit_inside_next(view, *race, commit)
+    reran = view.reads_run_again()
     raced = answer(call)
     assert landed, "the commit did not land inside the read"
+    assert view.reads_run_again() == (reran[0] + 1, reran[1])  # run again once, without holding commits off
     del view.queries.kv.__dict__[race[0]]
     after = answer(call)
     assert before != after
@@ -159,6 +161,7 @@ def test_a_read_overlapping_commits_again_and_again_runs_holding_them_off(tmp_pa
         for writer in writers:
             writer.join()
         assert landed == ["landed"] * commit_clock.ATTEMPTS + ["held off"]
+        assert view.reads_run_again() == (1, 1)
         ids = [s.segment_id for s in listed]
         # the read that held the last commit off answers the state with every commit before it
         assert ids[0] != copying[0].segment_id and set(ids[1:]) == {s.segment_id for s in copying[: len(landed)]}

@@ -104,6 +104,17 @@ class _ViewCollector(Collector):
         for kind in TopicChangedError.KINDS:
             changes.add_metric([kind], detected.get(kind, 0))
         yield changes
+        overlapped, held_off = self.backend.view.reads_run_again()
+        yield CounterMetricFamily(
+            "rlmm_view_reads_run_again",
+            "Reads run again because a commit of the view landed while they read (each answers one committed state)",
+            value=overlapped,
+        )
+        yield CounterMetricFamily(
+            "rlmm_view_reads_holding_commits",
+            "Reads that, overlapping commits again and again, ran holding the next commit off",
+            value=held_off,
+        )
         yield GaugeMetricFamily("rlmm_view_segments", "Segments in the view", value=status.segments)
         partitions = GaugeMetricFamily("rlmm_view_partitions", "Registered user partitions, by state", labels=["state"])
         partitions.add_metric(["registered"], status.registered_partitions)

@@ -28,6 +28,9 @@ class CommitClock:
     def __init__(self) -> None:
         self.generation = 0  # odd while a publication runs
         self._lock = threading.Lock()
+        self.overlapped = 0  # queries run again because a publication overlapped them
+        self.held_off = 0  # of those, queries run holding publications off
+        self._count_lock = threading.Lock()
 
     @contextmanager
     def publishing(self) -> Iterator[None]:
@@ -55,6 +58,8 @@ class CommitClock:
 
     def _read_again(self, query: Callable[[Unpack[A]], T], args: tuple[*A], attempts: int) -> T:
         """``read`` after a run that overlapped a publication (or that began during one)."""
+        with self._count_lock:
+            self.overlapped += 1
         for _ in range(attempts):
             generation = self.generation
             if generation & 1:
@@ -68,5 +73,7 @@ class CommitClock:
                 continue  # perhaps an error of reading two states
             if self.generation == generation:
                 return answer
+        with self._count_lock:
+            self.held_off += 1
         with self._lock:
             return query(*args)

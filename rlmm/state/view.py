@@ -190,6 +190,11 @@ class View:
         """The damage RocksDB first reported (a checksum mismatch...), None while none was seen."""
         return self._kv.fault
 
+    def reads_run_again(self) -> tuple[int, int]:
+        """Queries run again because a commit (or catch-up) landed while they read, and how many of them then
+        ran holding the next one off (``CommitClock``)."""
+        return self._clock.overlapped, self._clock.held_off
+
     def memory(self) -> dict[str, int]:
         """Bytes RocksDB holds for the view, by kind (``RocksKV.memory``)."""
         return self._kv.memory()
