@@ -45,11 +45,12 @@ from consumers.clients import KafkaClients
 from consumers.config import RlmmConfig
 from consumers.ledger import BEGINNING, ConsumerLedger, FetchRead, Progress
 from consumers.ratelog import RateLimitedLog
-from consumers.refusals import RefusalLog
+from consumers.refusals import RefusalLog, why
 from consumers.topic import describe_topic, ensure_topic
 from consumers.watcher import OffsetWatcher
-from rlmm.errors import TopicChangedError, ViewDamaged, ViewError, ViewStorageFailed
+from rlmm.errors import TopicChangedError, ViewDamaged, ViewError, ViewStorageFailed, WriteNotAppliedError
 from rlmm.records.model import TopicIdPartition
+from rlmm.state.results import ApplyResult
 from rlmm.state.view import Batch, View
 
 log = logging.getLogger(__name__)
@@ -509,11 +510,12 @@ class MetadataConsumer:
             self._read_again(messages)
             return
         with self.view.batch() as batch:
-            fetch = self._apply(batch, messages)
+            fetch, unread = self._apply(batch, messages)
             self._refresh_ends(fetch.seen | fetch.held.keys())
             now_ready = self._mark_ready(batch, fetch.seen)
             self._finish_rereads(batch, fetch.seen)
         self._record_applied(fetch)
+        self._read_again(unread)
         self._hold(fetch.held)
         if now_ready:
             with self._ready_changed:
@@ -533,10 +535,12 @@ class MetadataConsumer:
             return [first, *client.consume(self.config.max_batch_records - 1, timeout=0)]
         return [first]
 
-    def _apply(self, batch: Batch, messages: list[Message]) -> FetchRead:
-        """Check and apply each record in the batch, note where each partition's reading stands."""
+    def _apply(self, batch: Batch, messages: list[Message]) -> tuple[FetchRead, list[Message]]:
+        """Check and apply each record in the batch, note where each partition's reading stands. An error after
+        which the topic must be checked again (the broker may have lost it) ends the batch there: the messages
+        after it are returned, not applied."""
         fetch = FetchRead()
-        for message in messages:
+        for i, message in enumerate(messages):
             error = message.error()
             if error is None:
                 self._apply_record(batch, fetch, message)
@@ -544,7 +548,9 @@ class MetadataConsumer:
                 self._reach_end(fetch, message.partition(), message.offset())
             else:
                 self._on_message_error(message.partition(), error)
-        return fetch
+                if self._topic_unverified:
+                    return fetch, messages[i + 1 :]
+        return fetch, []
 
     def _apply_record(self, batch: Batch, fetch: FetchRead, message: Message) -> None:
         mp, offset = message.partition(), message.offset()
@@ -553,7 +559,10 @@ class MetadataConsumer:
             return
         value = message.value()
         result = batch.apply(mp, offset, value)
-        self._ledger.read(fetch, mp, offset, failed=result.status == "error")
+        failed = result.status == "error"
+        if failed:
+            fetch.failed.setdefault(mp, {})[offset] = result
+        self._ledger.read(fetch, mp, offset, failed=failed)
         self._refusals.log(mp, offset, value, result)
 
     def _reach_end(self, fetch: FetchRead, mp: int, offset: int) -> None:
@@ -620,10 +629,21 @@ class MetadataConsumer:
             batch.put_consumer_state(_reread_key(mp), None)
 
     def _record_applied(self, fetch: FetchRead) -> None:
-        """After the commit: count the records and wake the writers waiting for their offsets."""
+        """After the commit: count the records and wake the writers waiting for their offsets (those of records
+        that failed with the error they failed with)."""
         self.records_applied += fetch.records
         for mp, next_offset in fetch.read.items():
-            self.watcher.applied_up_to(mp, next_offset)
+            failed = fetch.failed.get(mp, {})
+            self.watcher.applied_up_to(
+                mp, next_offset, {offset: self._not_applied(mp, offset, result) for offset, result in failed.items()}
+            )
+
+    def _not_applied(self, mp: int, offset: int, result: ApplyResult) -> WriteNotAppliedError:
+        return WriteNotAppliedError(
+            f"record {self.config.topic}-{mp}@{offset} was written, but it cannot be applied ({why(result)}): "
+            f"the view will not hold it",
+            result.error,
+        )
 
     def _hold(self, held: dict[int, int]) -> None:
         """Pause each partition that reached its limit, at the first offset not applied."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.partitioner import metadata_partition
+from rlmm.state.results import ApplyResult
 
 # Where a reading from the beginning starts. Not the logical OFFSET_BEGINNING: offset 0 is the same once
 # auto.offset.reset=earliest moves it to the log start (when retention removed it), and it spares a
@@ -58,6 +59,7 @@ class FetchRead:
     read: dict[int, int] = field(default_factory=dict)  # next offset after its last record read
     held: dict[int, int] = field(default_factory=dict)  # the first offset at or past its limit (not read)
     ended: set[int] = field(default_factory=set)  # partitions whose end the fetch reached
+    failed: dict[int, dict[int, ApplyResult]] = field(default_factory=dict)  # offsets whose record threw, and how
     records: int = 0
 
     @property

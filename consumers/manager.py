@@ -21,6 +21,7 @@ from rlmm.errors import (
     ServiceStoppedError,
     TopicChangedError,
     WriteFailedError,
+    WriteNotAppliedError,
     WriteTimeoutError,
 )
 from rlmm.records.model import (
@@ -146,9 +147,13 @@ class RemoteLogMetadataManager:
             )
 
     def wait_applied(self, metadata_partition: int, offset: int, timeout: float) -> None:
-        """Return once the view has applied ``offset`` of ``metadata_partition``, else raise
-        ``WriteTimeoutError`` after ``timeout`` s."""
-        if not self._applied_within(metadata_partition, offset, timeout):
+        """Return once the view has applied ``offset`` of ``metadata_partition`` (or found that its record cannot
+        be applied: a write of it fails), else raise ``WriteTimeoutError`` after ``timeout`` s."""
+        try:
+            applied = self._applied_within(metadata_partition, offset, timeout)
+        except WriteNotAppliedError:
+            return
+        if not applied:
             raise WriteTimeoutError(
                 f"record {self.config.topic}-{metadata_partition}@{offset} not applied within "
                 f"{timeout} s; it may still be applied later; "

@@ -201,6 +201,16 @@ class WriteFailedError(KafkaSideError, RuntimeError):
     """The broker refused the record: it was not written."""
 
 
+class WriteNotAppliedError(KafkaSideError, RuntimeError):
+    """The record was written to the topic, but applying it failed as it fails in Kafka (its handler threw: a
+    record of a partition whose metadata DELETE_PARTITION_FINISHED removed...): the view will never hold it.
+    ``kafka_exception``: what Kafka throws."""
+
+    def __init__(self, message: str, kafka_exception: str | None) -> None:
+        super().__init__(message)
+        self.kafka_exception = kafka_exception
+
+
 class ServiceStoppedError(KafkaSideError, RuntimeError):
     """The service is stopping: the write or registration was not done."""
 

@@ -1,5 +1,6 @@
 """Faults: a broker that is not there at start or stops answering mid-run, bad records, restarts,
-partitions registered late (Kafka reads their metadata partition again), a topic that does not fit."""
+partitions registered late (Kafka reads their metadata partition again), a topic that does not fit, a
+connection error inside a fetched batch."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ import threading
 import time
 
 import pytest
+from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
 
 from consumers.broker import free_port
+from consumers.clients import ConfluentClients
+from consumers.consumer import MetadataConsumer
 from consumers.manager import RemoteLogMetadataManager
 from consumers.topic import ensure_topic
+from consumers.watcher import OffsetWatcher
 from rlmm.errors import NotInitializedError, ReplicaNotAvailable, TopicMismatchError
 from rlmm.records import SegmentState, TopicIdPartition, encode_value, metadata_partition, uuid_to_str
 from rlmm.server.backend import Backend
@@ -300,3 +305,79 @@ def test_the_topic_is_created_as_kafka_creates_it(rlmm_config) -> None:
     described = admin.describe_configs([resource])[resource].result()
     values = {name: described[name].value for name in ("retention.ms", "cleanup.policy", "min.insync.replicas")}
     assert values == {"retention.ms": "-1", "cleanup.policy": "delete", "min.insync.replicas": "1"}
+
+
+class ErrorInsideABatch:
+    """A real consumer whose next fetched batch of several records gets a connection error after its first
+    record (as when the broker lost the topic while the batch was fetched); ``applied_after`` is what the view
+    had applied of that partition when the consumer fetched again."""
+
+    def __init__(self, real, view: View, mp: int) -> None:
+        self._real, self._view, self._mp = real, view, mp
+        self.armed = False
+        self.injected: list[int] = []  # offsets of the records after the error
+        self.applied_after: int | None = None
+
+    def consume(self, num_messages: int, timeout: float):
+        if self.injected and self.applied_after is None:
+            self.applied_after = self._view.metadata_offsets().get(self._mp)
+        rest = self._real.consume(num_messages, timeout)
+        if self.armed and rest and all(m.error() is None for m in rest):
+            self.armed = False
+            self.injected = [m.offset() for m in rest]
+            return [_ConnectionError(self._mp), *rest]
+        return rest
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+
+class _ConnectionError:
+    def __init__(self, mp: int) -> None:
+        self._mp = mp
+
+    def error(self) -> KafkaError:
+        return KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, "injected: the broker lost the topic")
+
+    def partition(self) -> int:
+        return self._mp
+
+
+class InjectingClients(ConfluentClients):
+    def __init__(self, config, view: View, mp: int) -> None:
+        super().__init__(config)
+        self._view, self._mp = view, mp
+        self.consumers: list[ErrorInsideABatch] = []
+
+    def consumer(self, on_error, on_stats):
+        self.consumers.append(ErrorInsideABatch(super().consumer(on_error, on_stats), self._view, self._mp))
+        return self.consumers[-1]
+
+
+def test_nothing_after_a_connection_error_in_a_batch_is_applied_before_the_topic_is_checked(
+    rlmm_config, tmp_path
+) -> None:
+    """The records fetched after the error are not applied with the batch: they are read again once the topic was
+    checked (here it is the same topic, so each is then applied once)."""
+    config = rlmm_config(num_partitions=1)
+    ensure_topic(AdminClient(config.admin_config()), config)
+    producer = RawProducer(config.bootstrap_servers, config.topic)
+    segments = [segment(TP, i * 10, i * 10 + 9) for i in range(20)]
+    with View(tmp_path / "view") as view:
+        clients = InjectingClients(config, view, 0)
+        consumer = MetadataConsumer(view, config, OffsetWatcher(), clients, [TP])
+        consumer.start()
+        try:
+            assert consumer.wait_ready([TP], timeout=30)
+            clients.consumers[-1].armed = True
+            producer.produce([(0, encode_value(s)) for s in segments])
+            deadline = time.monotonic() + 30
+            while view.metadata_offsets().get(0) != len(segments) - 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            fetched = clients.consumers[-1]
+            assert fetched.injected, "no batch of several records was fetched"
+            assert fetched.applied_after is not None and fetched.applied_after < fetched.injected[0]
+            assert view.metadata_offsets() == {0: len(segments) - 1}
+            assert view.counters() == {"applied": len(segments)}  # each record applied once
+        finally:
+            consumer.stop()

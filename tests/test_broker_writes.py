@@ -10,7 +10,13 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from consumers.config import RlmmConfig
 from consumers.manager import RemoteLogMetadataManager
-from rlmm.errors import InvalidMetadataError, NotInitializedError, RemoteResourceNotFound, WriteTimeoutError
+from rlmm.errors import (
+    InvalidMetadataError,
+    NotInitializedError,
+    RemoteResourceNotFound,
+    WriteNotAppliedError,
+    WriteTimeoutError,
+)
 from rlmm.records import (
     PartitionDelete,
     PartitionDeleteState,
@@ -73,6 +79,29 @@ def test_a_write_returns_once_applied(rlmm_config, tmp_path) -> None:
         with pytest.raises(RemoteResourceNotFound):
             q.remote_log_size(TP)
         assert rlmm.status()["counters"]["applied"] == 4
+
+
+def test_a_write_the_view_cannot_apply_fails_with_kafkas_exception(rlmm_config, tmp_path) -> None:
+    """A record Kafka's handler throws on (a segment of a partition whose metadata DELETE_PARTITION_FINISHED
+    removed) is written, but its write is not reported applied: it fails with what Kafka throws, and says so."""
+    config = rlmm_config(num_partitions=2)
+    mp = metadata_partition(TP.topic_id, TP.partition, 2)
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        rlmm.put_remote_partition_delete_metadata(
+            PartitionDelete(TP, 1, 1_700_000_000_002, PartitionDeleteState.DELETE_PARTITION_FINISHED)
+        )
+        with pytest.raises(
+            WriteNotAppliedError,
+            match=rf"record {config.topic}-{mp}@1 was written, but it cannot be "
+            r"applied \(the partition's store refused it: Kafka throws IllegalStateException\)",
+        ) as refused:
+            rlmm.add_remote_log_segment_metadata(segment(TP, 0, 99))
+        assert refused.value.kafka_exception == "IllegalStateException"
+        assert rlmm.status()["counters"]["error:IllegalStateException"] == 1
+        with pytest.raises(WriteNotAppliedError):  # a writer that waits only once the record failed learns it too
+            rlmm.watcher.wait_for(mp, 1).result(5)
+        rlmm.wait_applied(mp, 1, timeout=5)  # what waits for the consumer to pass it does not fail
 
 
 def test_a_write_not_applied_in_time_says_it_may_still_be(rlmm_config, tmp_path) -> None:

@@ -174,6 +174,19 @@ def test_writes_are_read_your_writes_and_kafkas_rules_refuse_some(service) -> No
     assert gone.value.kafka_exception == "RemoteResourceNotFoundException"
 
 
+def test_a_write_refused_when_applied_fails_with_kafkas_exception(kafka, tmp_path) -> None:
+    """Its own service: a record that throws makes nothing of its metadata partition ready after it."""
+    tp = new_tp("removed")
+    with served(tmp_path, kafka.bootstrap_servers, [tp]) as (server, manager, view), client(server) as rlmm:
+        assert rlmm.wait_ready([tp], timeout=30)
+        rlmm.put_remote_partition_delete_metadata(partition_delete(tp, PartitionDeleteState.DELETE_PARTITION_FINISHED))
+        with pytest.raises(RefusedError, match="was written, but it cannot be applied") as unapplied:
+            rlmm.add_remote_log_segment_metadata(segment(tp, 0, 9))  # Kafka's store refuses the removed partition's
+        assert unapplied.value.code is grpc.StatusCode.FAILED_PRECONDITION
+        assert unapplied.value.reason == "WRITE_REFUSED_WHEN_APPLIED"
+        assert unapplied.value.kafka_exception == "IllegalStateException"
+
+
 def test_stopped_partitions_are_forgotten(service) -> None:
     server, manager, view, rlmm = service
     tp = new_tp("stopped")

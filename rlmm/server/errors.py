@@ -32,6 +32,7 @@ from rlmm.errors import (
     ViewDamaged,
     ViewStorageFailed,
     WriteFailedError,
+    WriteNotAppliedError,
     WriteTimeoutError,
 )
 
@@ -69,6 +70,7 @@ _KNOWN: tuple[tuple[type[RlmmError], grpc.StatusCode, str, bool], ...] = (
     (ServiceStoppedError, grpc.StatusCode.UNAVAILABLE, "SERVER_STOPPING", True),
     (WriteTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED, "WRITE_NOT_APPLIED_IN_TIME", False),
     (WriteFailedError, grpc.StatusCode.FAILED_PRECONDITION, "WRITE_REFUSED_BY_BROKER", False),
+    (WriteNotAppliedError, grpc.StatusCode.FAILED_PRECONDITION, "WRITE_REFUSED_WHEN_APPLIED", False),
     (NoKafkaError, grpc.StatusCode.FAILED_PRECONDITION, "NO_KAFKA", False),
     (ConsumerStoppedError, grpc.StatusCode.UNAVAILABLE, "CONSUMER_STOPPED", False),
     (ProducerRecoveringError, grpc.StatusCode.UNAVAILABLE, "PRODUCER_RECOVERING", True),
