@@ -100,6 +100,31 @@ def test_an_epoch_listing_racing_a_deletion_fails_not_for_the_metadata_gone_mean
         )
 
 
+def test_a_listing_between_a_write_and_the_caches_update_reads_the_rows_written(tmp_path: Path) -> None:
+    """The write is visible, the epoch row kept in the read cache is not updated yet: the listing must not read
+    that row (its segments were all referenced) beside the offset index written (the first segment left it for
+    the unreferenced set, as it is being deleted)."""
+    with View(tmp_path / "view") as view:
+        first, second = segment(TP, 0, 99), segment(TP, 100, 199)
+        fill_view(view, TP, [first, second])
+        listing = view.queries.list_epoch_segments
+        before = [(s.segment_id, s.state) for s in listing(TP, 0)]  # reads, and caches, the epoch row
+        cache = view.queries.kv
+        committed = cache.committed
+        raced: list = []
+
+        def list_then_update(stage) -> None:
+            raced.append([(s.segment_id, s.state) for s in listing(TP, 0)])
+            committed(stage)
+
+        cache.committed = list_then_update
+        apply(view, SegmentUpdate(TP, first.segment_id, 1, TS, None, SegmentState.DELETE_SEGMENT_STARTED))
+        del cache.committed
+        after = [(s.segment_id, s.state) for s in listing(TP, 0)]
+        assert after == [(first.segment_id, SegmentState.DELETE_SEGMENT_STARTED), before[1]]
+        assert raced == [after]
+
+
 def test_the_max_timestamp_racing_a_delete_started_is_a_finished_segment(tmp_path: Path) -> None:
     with View(tmp_path / "view") as view:
         older, newest = segment(TP, 0, 99), segment(TP, 100, 199)

@@ -1,38 +1,45 @@
 """A read-through cache of small, hot column families for the query side of the view.
 
-The view's writer refreshes it from each committed stage (``committed``). Insertions by readers and
-refreshes by the writer take one lock and a generation number, so a reader that fetched a value
-before a commit can never put that stale value into the cache after the commit refreshed it.
+It holds rows of the store's state at one sequence number (``sequence``, which moves whenever a write becomes
+visible), and answers from them only while that number is the store's: between a write and the writer's
+``committed``, which brings the rows up to date, reads go to the store. Insertions by readers and refreshes
+by the writer take one lock and a generation number, so a reader that fetched a value before a commit can
+never put that stale value into the cache after the commit refreshed it.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from rlmm.state.kv import Item, ReadKV, StagedKV
 
 
 class CachedReadKV:
-    def __init__(self, base: ReadKV, cfs: tuple[str, ...], limit: int = 50_000) -> None:
+    def __init__(self, base: ReadKV, cfs: tuple[str, ...], sequence: Callable[[], int], limit: int = 50_000) -> None:
+        """``sequence``: the base's sequence number of its last visible change."""
         self.base = base
         self.limit = limit
         self._tables: dict[str, dict[bytes, bytes | None]] = {cf: {} for cf in cfs}
         self._lock = threading.Lock()
         self._generation = 0
+        self._sequence_of = sequence
+        self._sequence = sequence()  # the state the rows are of
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         table = self._tables.get(cf)
         if table is None:
             return self.base.get(cf, key)
-        try:
-            return table[key]
-        except KeyError:
-            pass
-        generation = self._generation
+        generation, sequence = self._generation, self._sequence
+        current = self._sequence_of() == sequence
+        if current:
+            try:
+                return table[key]
+            except KeyError:
+                pass
         value = self.base.get(cf, key)
         with self._lock:
-            if generation == self._generation:
+            if current and generation == self._generation and self._sequence_of() == sequence:
                 if len(table) >= self.limit:
                     table.clear()
                 table[key] = value
@@ -51,7 +58,7 @@ class CachedReadKV:
         return self.base.ceiling(cf, key, prefix)
 
     def committed(self, stage: StagedKV) -> None:
-        """Bring the cache up to date with a stage the base has just committed."""
+        """Bring the cache up to date with a stage the base has just committed (its only change since the last)."""
         with self._lock:
             self._generation += 1
             for cf, table in self._tables.items():
@@ -61,9 +68,11 @@ class CachedReadKV:
                 for key, value in stage.pending.get(cf, {}).items():
                     if key in table:
                         table[key] = value
+            self._sequence = self._sequence_of()
 
     def clear(self) -> None:
         with self._lock:
             self._generation += 1
             for table in self._tables.values():
                 table.clear()
+            self._sequence = self._sequence_of()

@@ -3,12 +3,14 @@
 A query reads the store several times: a partition's row, then an epoch's row, its offset index, its
 unreferenced set, segments by id. A commit landing between two of those reads would make it answer a mix of
 the states before and after the commit, which neither state answers (a listing missing the segment that the
-commit moved from the unreferenced set to the offset index). The view publishes each commit (and a
-secondary's catch-up) inside ``publishing``, from before the store changes until every cache in front of it
-was told; ``read`` runs a query and keeps its answer, or its error, only if no publication overlapped it (a
-sequence lock: the generation is odd while one runs). A query that overlapped one runs again; after
-``ATTEMPTS`` such runs it runs holding the lock that publications take, so that none can overlap it: the
-writer then waits for that one query.
+commit moved from the unreferenced set to the offset index). ``read`` keeps a query's answer, or its error,
+only if the store's sequence number (which moves when a write becomes visible, as a whole) and the clock's
+generation stood still while it ran; otherwise it runs the query again. The caches in front of the store
+answer only for the state the sequence number stands for (they decline between a write and their update),
+and the store's kept iterators likewise. Writes take no part in this but the lock of ``changing``: after
+``ATTEMPTS`` runs that overlapped a change, a query runs holding that lock, so that no change overlaps it
+(the writer then waits for that one query). Changes the sequence number does not show (a load of table
+files, a reopening) are made inside ``publishing``, during which queries wait.
 """
 
 from __future__ import annotations
@@ -18,23 +20,35 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Final, TypeVar, TypeVarTuple, Unpack
 
-ATTEMPTS: Final = 3  # runs overlapping a publication before a query holds publications off
+ATTEMPTS: Final = 3  # runs overlapping a change before a query holds changes off
 
 A = TypeVarTuple("A")
 T = TypeVar("T")
 
 
+def _unchanging() -> int:
+    return 0
+
+
 class CommitClock:
-    def __init__(self) -> None:
+    def __init__(self, sequence: Callable[[], int] = _unchanging) -> None:
+        """``sequence``: the store's sequence number of its last visible change."""
+        self.sequence = sequence
         self.generation = 0  # odd while a publication runs
         self._lock = threading.Lock()
-        self.overlapped = 0  # queries run again because a publication overlapped them
-        self.held_off = 0  # of those, queries run holding publications off
+        self.overlapped = 0  # queries run again because a change overlapped them
+        self.held_off = 0  # of those, queries run holding changes off
         self._count_lock = threading.Lock()
 
     @contextmanager
+    def changing(self) -> Iterator[None]:
+        """Around a change of the store that moves its sequence number (a write, a catch-up)."""
+        with self._lock:
+            yield
+
+    @contextmanager
     def publishing(self) -> Iterator[None]:
-        """Around a change of the store and of every cache in front of it (one writer at a time)."""
+        """Around a change of the store that its sequence number may not show, and of the caches in front of it."""
         with self._lock:
             self.generation += 1
             try:
@@ -46,18 +60,19 @@ class CommitClock:
         """``query``'s answer (or error) from one committed state."""
         generation = self.generation
         if not generation & 1:
+            sequence = self.sequence()
             try:
                 answer = query(*args)
             except Exception:
-                if self.generation == generation:
+                if self.generation == generation and self.sequence() == sequence:
                     raise
             else:
-                if self.generation == generation:
+                if self.generation == generation and self.sequence() == sequence:
                     return answer
         return self._read_again(query, args, ATTEMPTS - 1)
 
     def _read_again(self, query: Callable[[Unpack[A]], T], args: tuple[*A], attempts: int) -> T:
-        """``read`` after a run that overlapped a publication (or that began during one)."""
+        """``read`` after a run that overlapped a change (or that began during a publication)."""
         with self._count_lock:
             self.overlapped += 1
         for _ in range(attempts):
@@ -65,13 +80,14 @@ class CommitClock:
             if generation & 1:
                 with self._lock:  # wait for the publication's end
                     continue
+            sequence = self.sequence()
             try:
                 answer = query(*args)
             except Exception:
-                if self.generation == generation:
+                if self.generation == generation and self.sequence() == sequence:
                     raise
                 continue  # perhaps an error of reading two states
-            if self.generation == generation:
+            if self.generation == generation and self.sequence() == sequence:
                 return answer
         with self._count_lock:
             self.held_off += 1

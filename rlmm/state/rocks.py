@@ -147,9 +147,9 @@ class RocksKV:
             self._access = AccessType.read_only() if read_only else AccessType.read_write()
         self.write_options = WriteOptions()
         self.write_options.sync = sync
-        # one iterator per (thread, column family) for floor/ceiling, dropped at every commit so that a
-        # reused iterator never shows a state older than the last commit
-        self._iterators: dict[tuple[int, str], object] = {}
+        # one iterator per (thread, column family) for floor/ceiling, kept with the sequence number of the state
+        # it reads and reused only while that is the store's, so that it never shows an older state
+        self._iterators: dict[tuple[int, str], tuple[int, object]] = {}
         self._open()
 
     def _open(self) -> None:
@@ -289,13 +289,21 @@ class RocksKV:
         found = last(self, cf, prefix)
         return keys if (found[0] if found is not None else None) == (keys[-1] if keys else None) else None
 
-    def _iterator(self, cf: str):
+    def _iterator(self, cf: str) -> Any:
+        sequence = self.db.latest_sequence_number()
         slot = (threading.get_ident(), cf)
-        iterators = self._iterators
-        it = iterators.get(slot)
-        if it is None:
-            it = iterators[slot] = self.cfs[cf].iter()
+        held = self._iterators.get(slot)
+        if held is not None and held[0] == sequence:
+            return held[1]
+        it = self.cfs[cf].iter()
+        if self.db.latest_sequence_number() == sequence:  # it reads the state of that number
+            self._iterators[slot] = (sequence, it)
         return it
+
+    def sequence(self) -> int:
+        """The sequence number of the store's last change that reads see: it moves whenever what they read does
+        (a write becomes visible at once, as a whole)."""
+        return self.db.latest_sequence_number()
 
     def floor(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
         it = self._iterator(cf)
@@ -342,7 +350,7 @@ class RocksKV:
             self.cfs[cf].ingest_external_file(paths)
         except Exception as exc:
             raise self._failed(exc) from None
-        self._iterators = {}
+        self._iterators = {}  # ingested files need not move the sequence number
 
     def catch_up(self) -> None:
         """A secondary instance: read what the primary has written since (its WAL and MANIFEST)."""
@@ -350,11 +358,18 @@ class RocksKV:
             self.db.try_catch_up_with_primary()
         except Exception as exc:
             raise self._failed(exc) from None
-        self._iterators = {}
 
     def commit(self, stage: StagedKV) -> bool:
-        """Write everything staged as one atomic batch (range deletions first, they came first); False
-        when nothing was staged."""
+        """Write everything staged as one atomic batch; False when nothing was staged."""
+        batch = self.write_batch(stage)
+        if batch is None:
+            return False
+        self.write(batch)
+        return True
+
+    def write_batch(self, stage: StagedKV) -> WriteBatch | None:
+        """Everything staged as one write batch (range deletions first, they came first), None when nothing was
+        staged; ``write`` writes it. Built apart, so that readers wait only for the write itself."""
         batch = WriteBatch(raw_mode=True)
         for cf, prefixes in stage.deleted_prefixes.items():
             handle = self.handles[cf]
@@ -371,11 +386,11 @@ class RocksKV:
                     batch.delete(key, handle)
                 else:
                     batch.put(key, value, handle)
-        if batch.is_empty():
-            return False
+        return None if batch.is_empty() else batch
+
+    def write(self, batch: WriteBatch) -> None:
+        """Write a batch atomically."""
         try:
             self.db.write(batch, self.write_options)
         except Exception as exc:
             raise self._failed(exc) from None
-        self._iterators = {}
-        return True

@@ -130,10 +130,10 @@ class View:
         self._epoch_cache: dict[bytes, EpochRow] = {}
         self._tree_pages: dict[bytes, Page] = {}  # the timestamp trees' pages and tops, likewise
         self._tree_tops: dict[bytes, tuple[int, int] | None] = {}
-        self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS))
+        self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS), self._kv.sequence)
         self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT, OFFSET_ENTRY_CACHE_BYTES)
         self._lookup_memo = LookupMemo(self._offset_cache, LOOKUP_MEMO_BYTES)
-        self._clock = CommitClock()  # each change of the store and its caches is published inside it
+        self._clock = CommitClock(self._kv.sequence)  # each query answers from one committed state
         self.queries = Queries(self._read_cache, self._offset_cache, self._lookup_memo, self._clock)
         self._check_schema(read_only)
 
@@ -227,24 +227,37 @@ class View:
                 key = b"count:" + name.encode()
                 raw = self._kv.get(K.META, key)
                 batch.stage.put(K.META, key, K.offset_bytes((0 if raw is None else K.read_offset(raw, 0)) + count))
-            with self._clock.publishing():
-                self._offset_cache.committing(batch.stage)
-                self._lookup_memo.committing(batch.stage)
-                try:
-                    written = self._kv.commit(batch.stage)
-                except BaseException:
-                    self._drop_caches()
-                    raise
-                self._read_cache.committed(batch.stage)
-                self._offset_cache.committed(batch.stage)
-                self._lookup_memo.committed(batch.stage)
-            if written and self._on_commit is not None:
-                self._on_commit()
+            self._publish(batch.stage)
             if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
                 self._epoch_cache.clear()
             if len(self._tree_pages) + len(self._tree_tops) > TREE_CACHE_LIMIT:
                 release_tree_pages(self._tree_pages)
                 self._tree_tops.clear()
+
+    def _publish(self, stage: StagedKV) -> None:
+        """Write a stage atomically and bring the caches in front of the store up to date with it (until then they
+        decline: the lookup caches from before the write, the read cache once the write shows), then call
+        ``on_commit``."""
+        try:
+            writes = self._kv.write_batch(stage)
+        except BaseException:
+            self._drop_caches()
+            raise
+        if writes is None:
+            return
+        self._offset_cache.committing(stage)
+        self._lookup_memo.committing(stage)
+        try:
+            with self._clock.changing():
+                self._kv.write(writes)
+        except BaseException:
+            self._drop_caches()
+            raise
+        self._read_cache.committed(stage)
+        self._offset_cache.committed(stage)
+        self._lookup_memo.committed(stage)
+        if self._on_commit is not None:
+            self._on_commit()
 
     def load(
         self,
@@ -287,10 +300,12 @@ class View:
 
     def catch_up(self) -> None:
         """A secondary view: see every batch the writer has committed until now, nothing cached from before."""
-        with self._clock.publishing():
-            self._offset_cache.changing()
-            self._lookup_memo.changing()
-            self._kv.catch_up()
+        self._offset_cache.changing()
+        self._lookup_memo.changing()
+        try:
+            with self._clock.changing():
+                self._kv.catch_up()
+        finally:
             self._read_cache.clear()
             self._offset_cache.clear()
             self._lookup_memo.clear()
