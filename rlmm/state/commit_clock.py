@@ -6,8 +6,9 @@ the states before and after the commit, which neither state answers (a listing m
 commit moved from the unreferenced set to the offset index). ``read`` keeps a query's answer, or its error,
 only if the store's sequence number (which moves when a write becomes visible, as a whole) and the clock's
 generation stood still while it ran; otherwise it runs the query again. The caches in front of the store
-answer only for the state the sequence number stands for (they decline between a write and their update),
-and the store's kept iterators likewise. Writes take no part in this but the lock of ``changing``: after
+decline from before a write until they are brought up to date with it, and the store's kept iterators are
+not reused across one, so that a query reads them only in the state the sequence number stands for. Writes
+take no part in this but the lock of ``changing``: after
 ``ATTEMPTS`` runs that overlapped a change, a query runs holding that lock, so that no change overlaps it
 (the writer then waits for that one query). Changes the sequence number does not show (a load of table
 files, a reopening) are made inside ``publishing``, during which queries wait.

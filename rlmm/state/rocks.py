@@ -147,9 +147,11 @@ class RocksKV:
             self._access = AccessType.read_only() if read_only else AccessType.read_write()
         self.write_options = WriteOptions()
         self.write_options.sync = sync
-        # one iterator per (thread, column family) for floor/ceiling, kept with the sequence number of the state
-        # it reads and reused only while that is the store's, so that it never shows an older state
+        # one iterator per (thread, column family) for floor/ceiling, kept with the count of the store's changes
+        # when it was made (odd while one is under way) and reused only while that count stands, so that a
+        # reused iterator never shows a state older than the store's
         self._iterators: dict[tuple[int, str], tuple[int, object]] = {}
+        self._changes = 0
         self._open()
 
     def _open(self) -> None:
@@ -290,14 +292,14 @@ class RocksKV:
         return keys if (found[0] if found is not None else None) == (keys[-1] if keys else None) else None
 
     def _iterator(self, cf: str) -> Any:
-        sequence = self.db.latest_sequence_number()
+        changes = self._changes
         slot = (threading.get_ident(), cf)
         held = self._iterators.get(slot)
-        if held is not None and held[0] == sequence:
+        if held is not None and held[0] == changes:
             return held[1]
         it = self.cfs[cf].iter()
-        if self.db.latest_sequence_number() == sequence:  # it reads the state of that number
-            self._iterators[slot] = (sequence, it)
+        if not changes & 1 and self._changes == changes:  # made while the store did not change
+            self._iterators[slot] = (changes, it)
         return it
 
     def sequence(self) -> int:
@@ -346,18 +348,23 @@ class RocksKV:
 
     def ingest(self, cf: str, paths: list[str]) -> None:
         """Add table files (``write_sst``) to a column family as they are, in one step."""
+        self._changes += 1
         try:
             self.cfs[cf].ingest_external_file(paths)
         except Exception as exc:
             raise self._failed(exc) from None
-        self._iterators = {}  # ingested files need not move the sequence number
+        finally:
+            self._changes += 1
 
     def catch_up(self) -> None:
         """A secondary instance: read what the primary has written since (its WAL and MANIFEST)."""
+        self._changes += 1
         try:
             self.db.try_catch_up_with_primary()
         except Exception as exc:
             raise self._failed(exc) from None
+        finally:
+            self._changes += 1
 
     def commit(self, stage: StagedKV) -> bool:
         """Write everything staged as one atomic batch; False when nothing was staged."""
@@ -390,7 +397,10 @@ class RocksKV:
 
     def write(self, batch: WriteBatch) -> None:
         """Write a batch atomically."""
+        self._changes += 1
         try:
             self.db.write(batch, self.write_options)
         except Exception as exc:
             raise self._failed(exc) from None
+        finally:
+            self._changes += 1

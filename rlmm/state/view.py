@@ -130,7 +130,7 @@ class View:
         self._epoch_cache: dict[bytes, EpochRow] = {}
         self._tree_pages: dict[bytes, Page] = {}  # the timestamp trees' pages and tops, likewise
         self._tree_tops: dict[bytes, tuple[int, int] | None] = {}
-        self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS), self._kv.sequence)
+        self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS))
         self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT, OFFSET_ENTRY_CACHE_BYTES)
         self._lookup_memo = LookupMemo(self._offset_cache, LOOKUP_MEMO_BYTES)
         self._clock = CommitClock(self._kv.sequence)  # each query answers from one committed state
@@ -235,9 +235,8 @@ class View:
                 self._tree_tops.clear()
 
     def _publish(self, stage: StagedKV) -> None:
-        """Write a stage atomically and bring the caches in front of the store up to date with it (until then they
-        decline: the lookup caches from before the write, the read cache once the write shows), then call
-        ``on_commit``."""
+        """Write a stage atomically, the caches in front of the store declining from before the write until they are
+        brought up to date with it, then call ``on_commit``."""
         try:
             writes = self._kv.write_batch(stage)
         except BaseException:
@@ -247,6 +246,7 @@ class View:
             return
         self._offset_cache.committing(stage)
         self._lookup_memo.committing(stage)
+        self._read_cache.changing()
         try:
             with self._clock.changing():
                 self._kv.write(writes)
@@ -302,6 +302,7 @@ class View:
         """A secondary view: see every batch the writer has committed until now, nothing cached from before."""
         self._offset_cache.changing()
         self._lookup_memo.changing()
+        self._read_cache.changing()
         try:
             with self._clock.changing():
                 self._kv.catch_up()
