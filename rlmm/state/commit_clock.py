@@ -4,14 +4,13 @@ A query reads the store several times: a partition's row, then an epoch's row, i
 unreferenced set, segments by id. A commit landing between two of those reads would make it answer a mix of
 the states before and after the commit, which neither state answers (a listing missing the segment that the
 commit moved from the unreferenced set to the offset index). ``read`` keeps a query's answer, or its error,
-only if the store's sequence number (which moves when a write becomes visible, as a whole) and the clock's
-generation stood still while it ran; otherwise it runs the query again. The caches in front of the store
-decline from before a write until they are brought up to date with it, and the store's kept iterators are
-not reused across one, so that a query reads them only in the state the sequence number stands for. Writes
-take no part in this but the lock of ``changing``: after
-``ATTEMPTS`` runs that overlapped a change, a query runs holding that lock, so that no change overlaps it
-(the writer then waits for that one query). Changes the sequence number does not show (a load of table
-files, a reopening) are made inside ``publishing``, during which queries wait.
+only if the store's count of changes (``RocksKV.changes``: begun and finished writes and catch-ups, odd while
+one is under way) and the clock's generation stood still, and even, while it ran; otherwise it runs the query
+again. What is kept in front of the store (the read cache's rows, the store's iterators) answers only for the
+count it was read at, and the lookup caches decline from before a write until they are brought up to date
+with it. Writes take no part in this but the lock of ``changing``: after ``ATTEMPTS`` runs that overlapped a
+change, a query runs holding that lock, so that no change overlaps it (the writer then waits for that one
+query). A load of table files and a reopening are made inside ``publishing``, during which queries wait.
 """
 
 from __future__ import annotations
@@ -32,9 +31,9 @@ def _unchanging() -> int:
 
 
 class CommitClock:
-    def __init__(self, sequence: Callable[[], int] = _unchanging) -> None:
-        """``sequence``: the store's sequence number of its last visible change."""
-        self.sequence = sequence
+    def __init__(self, changes: Callable[[], int] = _unchanging) -> None:
+        """``changes``: the store's count of changes begun or finished, odd while one is under way."""
+        self.changes = changes
         self.generation = 0  # odd while a publication runs
         self._lock = threading.Lock()
         self.overlapped = 0  # queries run again because a change overlapped them
@@ -43,13 +42,13 @@ class CommitClock:
 
     @contextmanager
     def changing(self) -> Iterator[None]:
-        """Around a change of the store that moves its sequence number (a write, a catch-up)."""
+        """Around a change of the store that its count shows (a write, a catch-up)."""
         with self._lock:
             yield
 
     @contextmanager
     def publishing(self) -> Iterator[None]:
-        """Around a change of the store that its sequence number may not show, and of the caches in front of it."""
+        """Around a change of the store and of the caches in front of it that queries must wait for."""
         with self._lock:
             self.generation += 1
             try:
@@ -60,36 +59,34 @@ class CommitClock:
     def read(self, query: Callable[[Unpack[A]], T], *args: *A) -> T:
         """``query``'s answer (or error) from one committed state."""
         # the first run written out here, apart from the loop of ``_read_again``: a third of the wrapper's cost
-        generation = self.generation
-        if not generation & 1:
-            sequence = self.sequence()
+        generation, changes = self.generation, self.changes()
+        if not (generation | changes) & 1:
             try:
                 answer = query(*args)
             except Exception:
-                if self.generation == generation and self.sequence() == sequence:
+                if self.generation == generation and self.changes() == changes:
                     raise
             else:
-                if self.generation == generation and self.sequence() == sequence:
+                if self.generation == generation and self.changes() == changes:
                     return answer
         return self._read_again(query, args, ATTEMPTS - 1)
 
     def _read_again(self, query: Callable[[Unpack[A]], T], args: tuple[*A], attempts: int) -> T:
-        """``read`` after a run that overlapped a change (or that began during a publication)."""
+        """``read`` after a run that overlapped a change (or that began during one)."""
         with self._count_lock:
             self.overlapped += 1
         for _ in range(attempts):
-            generation = self.generation
-            if generation & 1:
-                with self._lock:  # wait for the publication's end
+            generation, changes = self.generation, self.changes()
+            if (generation | changes) & 1:
+                with self._lock:  # wait for the change's end
                     continue
-            sequence = self.sequence()
             try:
                 answer = query(*args)
             except Exception:
-                if self.generation == generation and self.sequence() == sequence:
+                if self.generation == generation and self.changes() == changes:
                     raise
                 continue  # perhaps an error of reading two states
-            if self.generation == generation and self.sequence() == sequence:
+            if self.generation == generation and self.changes() == changes:
                 return answer
         with self._count_lock:
             self.held_off += 1

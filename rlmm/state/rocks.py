@@ -302,10 +302,11 @@ class RocksKV:
             self._iterators[slot] = (changes, it)
         return it
 
-    def sequence(self) -> int:
-        """The sequence number of the store's last change that reads see: it moves whenever what they read does
-        (a write becomes visible at once, as a whole)."""
-        return self.db.latest_sequence_number()
+    def changes(self) -> int:
+        """How many times the store began or finished a change (a write, a catch-up, an ingest): odd while one is
+        under way. Readers compare it before and after they read; it is a Python attribute, not a call into
+        RocksDB, which would let a writer waiting for the interpreter in and make the reader wait for its write."""
+        return self._changes
 
     def floor(self, cf: str, key: bytes, prefix: bytes) -> Item | None:
         it = self._iterator(cf)

@@ -130,10 +130,10 @@ class View:
         self._epoch_cache: dict[bytes, EpochRow] = {}
         self._tree_pages: dict[bytes, Page] = {}  # the timestamp trees' pages and tops, likewise
         self._tree_tops: dict[bytes, tuple[int, int] | None] = {}
-        self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS))
+        self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS), self._kv.changes)
         self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT, OFFSET_ENTRY_CACHE_BYTES)
         self._lookup_memo = LookupMemo(self._offset_cache, LOOKUP_MEMO_BYTES)
-        self._clock = CommitClock(self._kv.sequence)  # each query answers from one committed state
+        self._clock = CommitClock(self._kv.changes)  # each query answers from one committed state
         self.queries = Queries(self._read_cache, self._offset_cache, self._lookup_memo, self._clock)
         self._check_schema(read_only)
 
@@ -235,8 +235,8 @@ class View:
                 self._tree_tops.clear()
 
     def _publish(self, stage: StagedKV) -> None:
-        """Write a stage atomically, the caches in front of the store declining from before the write until they are
-        brought up to date with it, then call ``on_commit``."""
+        """Write a stage atomically and bring the caches in front of the store up to date with it (the lookup caches
+        decline from before the write, the read cache from its start), then call ``on_commit``."""
         try:
             writes = self._kv.write_batch(stage)
         except BaseException:
@@ -246,7 +246,6 @@ class View:
             return
         self._offset_cache.committing(stage)
         self._lookup_memo.committing(stage)
-        self._read_cache.changing()
         try:
             with self._clock.changing():
                 self._kv.write(writes)
@@ -302,7 +301,6 @@ class View:
         """A secondary view: see every batch the writer has committed until now, nothing cached from before."""
         self._offset_cache.changing()
         self._lookup_memo.changing()
-        self._read_cache.changing()
         try:
             with self._clock.changing():
                 self._kv.catch_up()
