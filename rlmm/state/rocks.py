@@ -377,7 +377,7 @@ class RocksKV:
 
     def write_batch(self, stage: StagedKV) -> WriteBatch | None:
         """Everything staged as one write batch (range deletions first, they came first), None when nothing was
-        staged; ``write`` writes it. Built apart, so that readers wait only for the write itself."""
+        staged; ``write`` writes it. Built apart, so that the store's count of changes is odd for the write alone."""
         batch = WriteBatch(raw_mode=True)
         for cf, prefixes in stage.deleted_prefixes.items():
             handle = self.handles[cf]
