@@ -124,6 +124,7 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
             'rlmm_view_memory_bytes{kind="table_readers"}',
             "rlmm_view_reads_run_again_total 0.0",
             "rlmm_view_reads_holding_commits_total 0.0",
+            'rlmm_view_apply_seconds_total{stage="write"}',
         ):
             assert line in scraped, line
         process.send_signal(signal.SIGTERM)

@@ -115,6 +115,16 @@ class _ViewCollector(Collector):
             "Reads that, overlapping commits again and again, ran holding the next commit off",
             value=held_off,
         )
+        stages = CounterMetricFamily(
+            "rlmm_view_apply_seconds",
+            "Time the view's batches spent in each stage of the apply: apply (decoding records, the state machine), "
+            "flush (the batch's rows into its stage), encode (RocksDB's write batch), write (RocksDB's write, WAL "
+            "included), caches (the read caches brought up to date)",
+            labels=["stage"],
+        )
+        for stage, seconds in self.backend.view.apply_seconds().items():
+            stages.add_metric([stage], seconds)
+        yield stages
         yield GaugeMetricFamily("rlmm_view_segments", "Segments in the view", value=status.segments)
         partitions = GaugeMetricFamily("rlmm_view_partitions", "Registered user partitions, by state", labels=["state"])
         partitions.add_metric(["registered"], status.registered_partitions)

@@ -21,6 +21,7 @@ from typing import Final
 from rlmm.errors import DecodeError, ViewDamaged, ViewNotEmpty, ViewNotFound, ViewSchemaMismatch
 from rlmm.records.model import TopicIdPartition
 from rlmm.state import keys as K
+from rlmm.state.apply_times import ApplyTimes
 from rlmm.state.cache import CachedReadKV
 from rlmm.state.classify import classify
 from rlmm.state.commit_clock import CommitClock
@@ -134,6 +135,7 @@ class View:
         self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT, OFFSET_ENTRY_CACHE_BYTES)
         self._lookup_memo = LookupMemo(self._offset_cache, LOOKUP_MEMO_BYTES)
         self._clock = CommitClock(self._kv.changes)  # each query answers from one committed state
+        self._times = ApplyTimes()
         self.queries = Queries(self._read_cache, self._offset_cache, self._lookup_memo, self._clock)
         self._check_schema(read_only)
 
@@ -195,6 +197,10 @@ class View:
         ran holding the next one off (``CommitClock``)."""
         return self._clock.overlapped, self._clock.held_off
 
+    def apply_seconds(self) -> dict[str, float]:
+        """Seconds the batches spent in each stage since the view opened (``rlmm.state.apply_times``)."""
+        return dict(self._times.seconds)
+
     def memory(self) -> dict[str, int]:
         """Bytes RocksDB holds for the view, by kind (``RocksKV.memory``)."""
         return self._kv.memory()
@@ -213,6 +219,7 @@ class View:
     def batch(self) -> Iterator[Batch]:
         """Stage operations; on normal exit they are committed as one atomic write."""
         with self._write_lock:
+            self._times.start()
             stage = StagedKV(self._kv)
             batch = Batch(
                 stage, StateMachine(stage, self._row_cache, self._epoch_cache, self._tree_pages, self._tree_tops)
@@ -222,11 +229,13 @@ class View:
             except BaseException:
                 self._drop_caches()  # cached rows may hold changes that are not committed
                 raise
+            self._times.lap("apply")
             batch.machine.flush()
             for name, count in batch.counts.items():
                 key = b"count:" + name.encode()
                 raw = self._kv.get(K.META, key)
                 batch.stage.put(K.META, key, K.offset_bytes((0 if raw is None else K.read_offset(raw, 0)) + count))
+            self._times.lap("flush")
             self._publish(batch.stage)
             if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
                 self._epoch_cache.clear()
@@ -242,19 +251,23 @@ class View:
         except BaseException:
             self._drop_caches()
             raise
+        self._times.lap("encode")
         if writes is None:
             return
         self._offset_cache.committing(stage)
         self._lookup_memo.committing(stage)
+        self._times.lap("caches")
         try:
             with self._clock.changing():
                 self._kv.write(writes)
         except BaseException:
             self._drop_caches()
             raise
+        self._times.lap("write")
         self._read_cache.committed(stage)
         self._offset_cache.committed(stage)
         self._lookup_memo.committed(stage)
+        self._times.lap("caches")
         if self._on_commit is not None:
             self._on_commit()
 
