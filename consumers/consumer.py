@@ -31,7 +31,6 @@ import gc
 import json
 import logging
 import queue
-import struct
 import threading
 import time
 from collections import Counter
@@ -41,6 +40,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from confluent_kafka.admin import AdminClient
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
+from consumers import view_state
 from consumers.clients import KafkaClients
 from consumers.config import RlmmConfig
 from consumers.ledger import BEGINNING, ConsumerLedger, FetchRead, Progress
@@ -55,10 +55,6 @@ from rlmm.state.view import Batch, View
 
 log = logging.getLogger(__name__)
 
-_REREAD = b"reread:"  # consumer state key prefix: metadata partition -> offset its reading again must pass
-_TOPIC_ID = b"topic_id"  # consumer state key: the id of the topic the view was built from
-_U32 = struct.Struct(">I")
-_I64 = struct.Struct(">q")
 
 POLL_TIMEOUT_S = 0.1  # longest wait for records before registration requests are looked at again
 END_REFRESH_S = 0.5  # how often idle partitions' end offsets are read from the client's fetch state
@@ -385,7 +381,7 @@ class MetadataConsumer:
         if identity.topic_id is not None:
             if self._topic_id is None:
                 with self.view.batch() as batch:
-                    batch.put_consumer_state(_TOPIC_ID, identity.topic_id.encode())
+                    batch.put_consumer_state(view_state.TOPIC_ID, identity.topic_id.encode())
                 self._topic_id = identity.topic_id
             elif identity.topic_id != self._topic_id:
                 self._changed(
@@ -417,11 +413,10 @@ class MetadataConsumer:
         ledger.load_offsets(offsets)
         for mp, offset in offsets.items():
             self.watcher.applied_up_to(mp, offset + 1)
-        for key, value in self.view.consumer_state().items():
-            if key == _TOPIC_ID:
-                self._topic_id = value.decode()
-            elif key.startswith(_REREAD):  # a reading again that a previous run did not finish
-                ledger.resume_reread(_U32.unpack_from(key, len(_REREAD))[0], _I64.unpack(value)[0])
+        state = self.view.consumer_state()
+        self._topic_id = view_state.topic_id_of(state)
+        for mp, until in view_state.rereads_of(state).items():  # readings again a previous run did not finish
+            ledger.resume_reread(mp, until)
         withdraw = []
         for tp, assigned, ready in self.view.partitions():
             if not assigned:
@@ -448,7 +443,8 @@ class MetadataConsumer:
             batch.assign(tp)
             if registration.reread_until is not None:
                 batch.put_consumer_state(
-                    _reread_key(registration.metadata_partition), _I64.pack(registration.reread_until)
+                    view_state.reread_key(registration.metadata_partition),
+                    view_state.reread_value(registration.reread_until),
                 )
 
     def _serve_requests(self) -> None:
@@ -626,7 +622,7 @@ class MetadataConsumer:
     def _finish_rereads(self, batch: Batch, seen: set[int]) -> None:
         """Readings again from the beginning that passed their offset are done: forget them with the batch."""
         for mp in self._ledger.rereads_done(seen):
-            batch.put_consumer_state(_reread_key(mp), None)
+            batch.put_consumer_state(view_state.reread_key(mp), None)
 
     def _record_applied(self, fetch: FetchRead) -> None:
         """After the commit: count the records and wake the writers waiting for their offsets (those of records
@@ -652,7 +648,3 @@ class MetadataConsumer:
             self._client.pause([tp])
             self._client.seek(tp)
             self._ledger.held_at(mp)
-
-
-def _reread_key(mp: int) -> bytes:
-    return _REREAD + _U32.pack(mp)

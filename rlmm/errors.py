@@ -172,8 +172,9 @@ class TopicChangedError(KafkaSideError, RuntimeError):
         super().__init__(
             f"{seen}: {topic!r} is not the topic this view was built from (the broker lost it, or it "
             f"was deleted and created again); the consumer stopped applying so as not to mix two "
-            f"histories. Rebuild the view: restore a snapshot (rlmm snapshot restore), or consume the "
-            f"topic again from the start into a fresh view (rlmm serve --reset, rlmm consume --reset)"
+            f"histories. Rebuild the view: restore a snapshot built from the topic as it is now (rlmm snapshot "
+            f"build, then rlmm snapshot restore), or consume the topic again from the start into a fresh view "
+            f"(rlmm serve --reset, rlmm consume --reset)"
         )
         self.kind = kind
 

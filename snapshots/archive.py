@@ -2,7 +2,7 @@
 survives the topic's retention and a snapshot can be rebuilt without the broker.
 
 ```
-DIR/archive.json                 topic, partitions, files with partition, first/last offset, count, SHA-256
+DIR/archive.json                 topic, its id, partitions, files with partition, first/last offset, count, SHA-256
 DIR/records-PPPPP-OOOOOOOOOOOOOOOOOOOO.avro   RawRecord (schema/archive.v1.avsc), one partition each, offset order
 ```
 """
@@ -19,7 +19,7 @@ import fastavro
 
 from rlmm.errors import SnapshotError
 from snapshots.format import SCHEMA_DIR, _sha256
-from snapshots.kafka_io import end_offsets, num_partitions, read_range
+from snapshots.kafka_io import end_offsets, num_partitions, read_range, refuse_changed_topic, topic_id
 from snapshots.staging import staging_path
 
 ARCHIVE_SCHEMA = fastavro.parse_schema(json.loads((SCHEMA_DIR / "archive.v1.avsc").read_text()))
@@ -44,6 +44,7 @@ def archive(
         if progress:
             progress(f"reading {topic} from {bootstrap}")
         partitions = num_partitions(bootstrap, topic)
+        read_from = topic_id(bootstrap, topic)
         ends = end_offsets(bootstrap, topic, partitions)
         files = []
         for mp in range(partitions):
@@ -73,10 +74,12 @@ def archive(
                     progress(f"partition {mp}: {chunk[-1]['offset'] + 1}/{ends[mp]}")
                 if len(chunk) < records_per_file:
                     break
+        refuse_changed_topic(bootstrap, topic, read_from)
         manifest = {
             "format": "rlmm-archive",
             "format_version": 1,
             "topic": topic,
+            "topic_id": read_from,
             "num_partitions": partitions,
             "end_offsets": {str(k): v for k, v in sorted(ends.items())},
             "files": files,
@@ -94,6 +97,7 @@ def write_archive(
     events: list[tuple[int, int, bytes | None]],
     num_partitions_: int,
     topic: str = "__remote_log_metadata",
+    topic_id: str | None = None,
 ) -> dict:
     """An archive of given records (tests and benchmarks)."""
     out = Path(out)
@@ -122,6 +126,7 @@ def write_archive(
         "format": "rlmm-archive",
         "format_version": 1,
         "topic": topic,
+        "topic_id": topic_id,
         "num_partitions": num_partitions_,
         "end_offsets": {str(k): ends.get(k, 0) for k in range(num_partitions_)},
         "files": files,

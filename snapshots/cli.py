@@ -132,7 +132,12 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
             spark.stop()
     click.echo(
         json.dumps(
-            {"snapshot": str(out), "counts": manifest["counts"], "metadata_offsets": manifest["metadata_offsets"]}
+            {
+                "snapshot": str(out),
+                "counts": manifest["counts"],
+                "metadata_offsets": manifest["metadata_offsets"],
+                "topic_id": manifest["topic_id"],
+            }
         )
     )
 

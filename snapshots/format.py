@@ -215,12 +215,16 @@ class Manifest:
     topic: str | None = None
     source: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
+    topic_id: str | None = None  # Kafka's id of the topic it was built from (None: not known)
+    rereads: dict[int, int] = field(default_factory=dict)  # an export's readings again under way (view_state)
 
     def to_json(self) -> dict[str, Any]:
         data = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "topic": self.topic,
+            "topic_id": self.topic_id,
+            "rereads": {str(k): v for k, v in sorted(self.rereads.items())},
             "num_metadata_partitions": self.num_metadata_partitions,
             "metadata_offsets": {str(k): v for k, v in sorted(self.metadata_offsets.items())},
             "partition_files": self.partition_files,
@@ -241,6 +245,8 @@ def write_snapshot(
     num_metadata_partitions: int,
     *,
     topic: str | None = None,
+    topic_id: str | None = None,
+    rereads: dict[int, int] | None = None,
     source: dict[str, Any] | None = None,
     partition_files: list[dict] | None = None,
     staging: Path | None = None,
@@ -281,6 +287,8 @@ def write_snapshot(
             topic,
             source or {},
             time.time(),
+            topic_id,
+            dict(rereads or {}),
         )
         (tmp / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=1, sort_keys=True) + "\n")
         os.replace(tmp, directory)
@@ -319,6 +327,15 @@ class Snapshot:
     @property
     def num_metadata_partitions(self) -> int:
         return self.manifest["num_metadata_partitions"]
+
+
+def manifest_topic_id(manifest: dict[str, Any]) -> str | None:
+    """The id of the topic a snapshot was built from; None where it was not known (or rlmm did not record it yet)."""
+    return manifest.get("topic_id")
+
+
+def manifest_rereads(manifest: dict[str, Any]) -> dict[int, int]:
+    return {int(mp): until for mp, until in manifest.get("rereads", {}).items()}
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:

@@ -408,7 +408,7 @@ def build(
     out = Path(out)
     if (bootstrap is None) == (archive_dir is None):
         raise ValueError("give either bootstrap servers or an archive")
-    check_build_inputs(out, bootstrap=bootstrap, topic=topic, archive_dir=archive_dir, base_dir=base_dir)
+    topic_id = check_build_inputs(out, bootstrap=bootstrap, topic=topic, archive_dir=archive_dir, base_dir=base_dir)
     base = read_snapshot(base_dir) if base_dir else None
     after = base.metadata_offsets if base else {}
     target = 2 * spark.sparkContext.defaultParallelism
@@ -481,6 +481,10 @@ def build(
             files = [o["file"] for o in outputs if "file" in o]
             _refuse_split_partitions([key for o in outputs for key in o.get("keys", ())])
             quarantine_rows = [q for o in outputs if "quarantine" in o for q in o["quarantine"]]
+        if bootstrap is not None:
+            from snapshots.kafka_io import refuse_changed_topic
+
+            refuse_changed_topic(bootstrap, topic, topic_id)
         say(f"folded: {sum(f['records'] for f in files)} partitions in {len(files)} files")
         quarantine = {}
         for q in base.quarantine if base else []:
@@ -495,6 +499,7 @@ def build(
             last,
             partitions,
             topic=topic,
+            topic_id=topic_id,
             source=source,
             partition_files=sorted(files, key=lambda f: f["name"]),
             staging=staging,

@@ -52,6 +52,33 @@ def num_partitions(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
         consumer.close()
 
 
+def topic_id(bootstrap: str, topic: str, timeout: float = 10.0) -> str | None:
+    """Kafka's id of an existing topic, None where the broker keeps no ids. A topic deleted and created again
+    under the same name has a new id: a snapshot records it so that nothing folds one topic's records on
+    another's state."""
+    from confluent_kafka.admin import AdminClient
+
+    from consumers.topic import describe_topic
+
+    identity = describe_topic(AdminClient({"bootstrap.servers": bootstrap, "logger": _DebugLog()}), topic, timeout)
+    if identity is None:
+        raise ValueError(f"topic {topic!r} does not exist at {bootstrap}")
+    return identity.topic_id
+
+
+def refuse_changed_topic(bootstrap: str, topic: str, read_from: str | None) -> None:
+    """Raises ``SnapshotError`` when the topic read from (id ``read_from``, described before reading it) was
+    deleted and created again while it was read: what was read may mix the two."""
+    from rlmm.errors import SnapshotError
+
+    now = topic_id(bootstrap, topic)
+    if now != read_from:
+        raise SnapshotError(
+            f"the topic {topic!r} at {bootstrap} changed while it was read (topic id {read_from}, now {now}): "
+            f"it was deleted and created again; read it again"
+        )
+
+
 def end_offsets(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> dict[int, int]:
     """The end offset (next offset to be written) of every partition, now."""
     consumer = _consumer(bootstrap)

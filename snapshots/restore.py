@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from consumers import view_state
 from rlmm.errors import SnapshotError
 from rlmm.records.model import TopicIdPartition
 from rlmm.state import keys as K
@@ -14,8 +16,10 @@ from rlmm.state.export import PartitionState, partition_state, partitions, write
 from rlmm.state.kv import MemoryKV, ReadKV, scan
 from rlmm.state.rows import PartitionRow
 from rlmm.state.view import View, write_load_file
-from snapshots.format import Snapshot, read_snapshot, write_snapshot
+from snapshots.format import Snapshot, manifest_topic_id, read_snapshot, write_snapshot
 from snapshots.staging import staging_path
+
+log = logging.getLogger(__name__)
 
 PARALLEL_ABOVE = 50_000  # segments + partitions from which restore uses one worker process per core
 
@@ -80,7 +84,7 @@ def restore(
     runs of partition files into sorted SST files that RocksDB ingests as they are. Every file is checked
     (size, SHA-256, schema, counts) before the view appears; the view is built beside ``db`` and renamed
     into place, so a refused snapshot leaves nothing behind."""
-    from snapshots.format import check_file, decode_file, quarantine_from_avro, read_manifest
+    from snapshots.format import check_file, decode_file, manifest_rereads, quarantine_from_avro, read_manifest
 
     db = Path(db)
     snapshot_dir = Path(snapshot_dir)
@@ -141,8 +145,23 @@ def restore(
                     seen.add(key)
                 rows.append((cf, key, value))
         files = {cf: [r["ssts"][cf] for r in results if cf in r["ssts"]] for cf in K.PER_PARTITION}
+        topic_id = manifest_topic_id(manifest)
+        if topic_id is None:
+            log.warning(
+                "%s records no topic id (made by an older rlmm, or from a broker without topic ids): the view "
+                "restored from it cannot tell whether the topic it then reads is the one the snapshot was built "
+                "from, or one deleted and created again since",
+                snapshot_dir,
+            )
         with View(tmp / "view") as view:
-            view.load(rows, files, next_tpid=counts["partitions"], metadata_offsets=offsets, quarantine=quarantine)
+            view.load(
+                rows,
+                files,
+                next_tpid=counts["partitions"],
+                metadata_offsets=offsets,
+                quarantine=quarantine,
+                consumer_state=view_state.view_state(topic_id, manifest_rereads(manifest)),
+            )
         shutil.rmtree(sst_dir, ignore_errors=True)
         if db.exists():
             db.rmdir()
@@ -160,18 +179,21 @@ def restore(
         "rows": rows,
         "metadata_offsets": offsets,
         "quarantined": len(quarantine),
+        "topic_id": topic_id,
     }
 
 
 def export(view_path: str | Path, out: str | Path, num_metadata_partitions: int, topic: str | None = None) -> dict:
     """Snapshot a view without Spark. The view is opened read-only: RocksDB shows a read-only instance
     the state at its opening, and every batch is atomic, so the snapshot is consistent even beside a
-    running service."""
+    running service. The consumer's state goes with it: the topic's id, and the readings again under way
+    (partitions registered after their metadata partition was read, which a restored view finishes)."""
     with View(view_path, read_only=True) as view:
         kv = view.reader
         states = [partition_state(kv, tp) for tp in partitions(kv)]
         quarantine = list(view.quarantine())
         offsets = view.metadata_offsets()
+        consumer_state = view.consumer_state()
     manifest = write_snapshot(
         out,
         states,
@@ -179,6 +201,8 @@ def export(view_path: str | Path, out: str | Path, num_metadata_partitions: int,
         offsets,
         num_metadata_partitions,
         topic=topic,
+        topic_id=view_state.topic_id_of(consumer_state),
+        rereads=view_state.rereads_of(consumer_state),
         source={"kind": "export", "view": str(view_path)},
     )
     return manifest.to_json()
@@ -232,6 +256,9 @@ def verify(snapshot_dir: str | Path, db: str | Path) -> list[str]:
                     "derived index rows differ"
                 ]
                 diffs.extend(f"{name}: {d}" for d in details)
+        ids = manifest_topic_id(snapshot.manifest), view_state.topic_id_of(view.consumer_state())
+        if None not in ids and ids[0] != ids[1]:
+            diffs.append(f"topic id: snapshot {ids[0]}, view {ids[1]}")
         offsets = view.metadata_offsets()
         if offsets != snapshot.metadata_offsets:
             for mp in sorted(offsets.keys() | snapshot.metadata_offsets.keys()):

@@ -8,21 +8,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from consumers import view_state
 from consumers.broker import free_port
 from consumers.config import RlmmConfig
 from consumers.manager import RemoteLogMetadataManager
 from consumers.topic import ensure_topic
-from rlmm.errors import ConsumerStoppedError, TopicChangedError, UnavailableError
+from rlmm.errors import ConsumerStoppedError, SnapshotError, TopicChangedError, UnavailableError
 from rlmm.records import SegmentState, TopicIdPartition, encode_value, metadata_partition
 from rlmm.server.backend import Backend
 from rlmm.state import keys as K
 from rlmm.state.view import View, reset_view
+from snapshots.format import write_snapshot
+from snapshots.preflight import check_build_inputs
+from snapshots.restore import export, restore
 from tests.grpc_support import client, running_server
 from tests.kafka_broker import RawProducer, start_broker
 from tests.test_broker_writes import segment, update
@@ -129,6 +134,40 @@ def test_a_topic_deleted_and_created_again_with_more_records(rlmm_config, tmp_pa
         segments = rlmm.queries.list_remote_log_segments(TP)
         assert sorted(s.start_offset for s in segments) == [1000 + i * 10 for i in range(6)]
         assert rlmm.consumer.failure is None and view.metadata_offsets() == {MP: 11}
+
+
+def test_a_snapshot_of_the_topic_before_it_was_created_again(rlmm_config, tmp_path) -> None:
+    """A snapshot records the id of the topic it was built from. A view restored from it, on the topic deleted
+    and created again since with more records than the snapshot (so that no offset goes backwards), stops
+    instead of folding the new topic's records onto the snapshot's state; an incremental build on it is
+    refused before Spark starts."""
+    config = rlmm_config(num_partitions=PARTITIONS)
+    admin = AdminClient(config.admin_config())
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        RawProducer(config.bootstrap_servers, config.topic).produce(finished_records(TP, 3))
+        rlmm.wait_applied(MP, 5, timeout=30)
+        topic_id = view_state.topic_id_of(view.consumer_state())
+    assert topic_id is not None and export(tmp_path / "view", tmp_path / "snap", PARTITIONS)["topic_id"] == topic_id
+    admin.delete_topics([config.topic])[config.topic].result(10)
+    ensure_topic(admin, config)
+    RawProducer(config.bootstrap_servers, config.topic).produce(finished_records(TP, 6, base=1000))
+    assert restore(tmp_path / "snap", tmp_path / "restored")["topic_id"] == topic_id
+    with View(tmp_path / "restored") as view:
+        before = contents(view)
+        with RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+            assert_stopped_unmixed(
+                rlmm, view, before | {K.PARTITIONS: list(view.items(K.PARTITIONS))}, "topic_id_changed"
+            )
+    write_snapshot(tmp_path / "built", [], [], {MP: 5}, PARTITIONS, topic=config.topic, topic_id=topic_id)
+    with pytest.raises(SnapshotError, match=f"with id {re.escape(topic_id)}, the input has id"):
+        check_build_inputs(
+            tmp_path / "out",
+            bootstrap=config.bootstrap_servers,
+            topic=config.topic,
+            archive_dir=None,
+            base_dir=tmp_path / "built",
+        )
 
 
 def test_a_view_past_the_end_of_the_topic(rlmm_config, tmp_path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,10 +14,13 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from consumers import view_state
 from rlmm.cli import main
 from rlmm.errors import SnapshotError
 from rlmm.state.view import View
-from snapshots.format import FORMAT_VERSION, MANIFEST, _manifest_checksum, read_snapshot
+from snapshots.archive import write_archive
+from snapshots.format import FORMAT_VERSION, MANIFEST, _manifest_checksum, read_snapshot, write_snapshot
+from snapshots.preflight import check_build_inputs
 from snapshots.restore import export, restore, verify
 from tests.snapshot_support import (
     SCENARIOS,
@@ -52,7 +56,62 @@ def test_export_restore_round_trip(snapshot, tmp_path):
     with View(tmp_path / "restored") as restored, View(tmp_path / "live") as live:
         assert_views_equal(restored, live)
         assert restored.metadata_offsets() == {int(k): v for k, v in manifest["metadata_offsets"].items()}
+        assert restored.counters() == {"quarantined": manifest["counts"]["quarantined"]}  # what the metric shows
     assert verify(snapshot, tmp_path / "restored") == []
+
+
+def test_the_consumers_state_goes_with_an_exported_snapshot(snapshot, tmp_path):
+    """The topic's id and a reading again under way (a partition registered after its metadata partition was
+    read): a view restored from the export checks the topic and finishes the reading, instead of following
+    any topic of the name and taking that partition as caught up after the highest offset read."""
+    state = view_state.view_state("AaIbMzBQfiOdjsFwZ+WkJQ", {2: 15})
+    with View(tmp_path / "live") as live, live.batch() as batch:
+        for key, value in state.items():
+            batch.put_consumer_state(key, value)
+    manifest = export(tmp_path / "live", tmp_path / "snap-2", 5)
+    assert manifest["topic_id"] == "AaIbMzBQfiOdjsFwZ+WkJQ" and manifest["rereads"] == {"2": 15}
+    assert restore(tmp_path / "snap-2", tmp_path / "restored")["topic_id"] == "AaIbMzBQfiOdjsFwZ+WkJQ"
+    with View(tmp_path / "restored") as restored:
+        assert restored.consumer_state() == state
+    assert verify(tmp_path / "snap-2", tmp_path / "restored") == []
+    with View(tmp_path / "restored") as restored, restored.batch() as batch:
+        batch.put_consumer_state(view_state.TOPIC_ID, b"AaIbMzKOfBKhMTPA5xxjDw")
+    assert verify(tmp_path / "snap-2", tmp_path / "restored") == [
+        "topic id: snapshot AaIbMzBQfiOdjsFwZ+WkJQ, view AaIbMzKOfBKhMTPA5xxjDw"
+    ]
+
+
+def _base(tmp_path, kind: str, topic_id: str | None):
+    write_snapshot(tmp_path / "base", [], [], {0: 4}, 5, topic="t", topic_id=topic_id, source={"kind": kind})
+    return tmp_path / "base"
+
+
+@pytest.mark.parametrize(
+    ("kind", "base_id", "input_id", "refusal"),
+    [
+        ("export", "A", "A", "exported from a view, which holds only the partitions it served"),
+        ("kafka", None, "A", "the older snapshot records no topic id"),
+        ("kafka", "A", None, "the input records no topic id"),
+        ("archive", "A", "B", "with id A, the input has id B: the topic was deleted and created again"),
+        ("kafka", "A", "A", None),
+    ],
+)
+def test_an_incremental_build_folds_only_onto_the_whole_topic_it_reads(kind, base_id, input_id, refusal, tmp_path):
+    """Before Spark starts: a base that is an export (only the partitions its view served), or of a topic
+    deleted and created again since, or that cannot be told apart from one, is refused."""
+    write_archive(tmp_path / "archive", [(0, 5, None)], 5, topic="t", topic_id=input_id)
+    check = lambda: check_build_inputs(  # noqa: E731
+        tmp_path / "out",
+        bootstrap=None,
+        topic="t",
+        archive_dir=tmp_path / "archive",
+        base_dir=_base(tmp_path, kind, base_id),
+    )
+    if refusal is None:
+        assert check() == input_id
+    else:
+        with pytest.raises(SnapshotError, match=re.escape(refusal)):
+            check()
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

@@ -48,6 +48,7 @@ OFFSET_CACHE_LIMIT: Final = 4_000_000  # what lookups hold in memory, in start o
 OFFSET_ENTRY_CACHE_BYTES: Final = 4 << 20  # the offset-index entries single lookups read: ~10,000 segments
 LOOKUP_MEMO_BYTES: Final = 16 << 20  # the segments single lookups found: ~28,000 of ~200 bytes
 CONSUMER_STATE_PREFIX: Final = b"consumer:"  # meta keys owned by the consumer
+COUNTER_PREFIX: Final = b"count:"  # meta keys counting records by result
 
 
 class Batch:
@@ -232,7 +233,7 @@ class View:
             self._times.lap("apply")
             batch.machine.flush()
             for name, count in batch.counts.items():
-                key = b"count:" + name.encode()
+                key = _counter_key(name)
                 raw = self._kv.get(K.META, key)
                 batch.stage.put(K.META, key, K.offset_bytes((0 if raw is None else K.read_offset(raw, 0)) + count))
             self._times.lap("flush")
@@ -278,11 +279,13 @@ class View:
         *,
         next_tpid: int,
         metadata_offsets: Mapping[int, int],
-        quarantine: Iterable[QuarantinedRecord],
+        quarantine: Sequence[QuarantinedRecord],
+        consumer_state: Mapping[bytes, bytes] | None = None,
     ) -> None:
         """Fill a fresh view in bulk (a restore) and make it durable: ``files``, per column family its rows in
         sorted files (``write_load_file``), are ingested as they are; then ``rows`` (column family, key, value),
-        the tpid counter, the consumed offsets and the quarantine are written in one atomic batch. Raises
+        the tpid counter, the consumed offsets, the quarantine (and its count) and the consumer's state
+        (``Batch.put_consumer_state``) are written in one atomic batch. Raises
         ``ViewNotEmpty`` when the view holds anything besides its schema version. A load interrupted between
         the files and the batch leaves rows without their partitions, in a view that refuses another load:
         load a view where nothing reads it and move it into place once loaded, as restore does."""
@@ -292,6 +295,9 @@ class View:
             for cf, key, value in rows:
                 stage.put(cf, key, value)
             write_view_rows(stage, next_tpid, metadata_offsets, quarantine)
+            stage.put(K.META, _counter_key("quarantined"), K.offset_bytes(len(quarantine)))
+            for key, value in (consumer_state or {}).items():
+                stage.put(K.META, CONSUMER_STATE_PREFIX + key, value)
             with self._clock.publishing():
                 try:
                     for cf, paths in files.items():
@@ -347,7 +353,9 @@ class View:
         return {k[n:]: v for k, v in scan(self._kv, K.META, CONSUMER_STATE_PREFIX)}
 
     def counters(self) -> dict[str, int]:
-        return {k[len(b"count:") :].decode(): K.read_offset(v, 0) for k, v in scan(self._kv, K.META, b"count:")}
+        """Records handled by result (``ApplyResult.counter``), and ``quarantined``, since the view was created."""
+        n = len(COUNTER_PREFIX)
+        return {k[n:].decode(): K.read_offset(v, 0) for k, v in scan(self._kv, K.META, COUNTER_PREFIX)}
 
     def quarantine(self) -> Iterator[QuarantinedRecord]:
         for key, value in scan(self._kv, K.QUARANTINE, b""):
@@ -367,6 +375,10 @@ class View:
         for key, raw in scan(self._kv, K.PARTITIONS, b""):
             row = PartitionRow.unpack(raw)
             yield K.tp_from_identity(key), row.assigned, row.ready
+
+
+def _counter_key(name: str) -> bytes:
+    return COUNTER_PREFIX + name.encode()
 
 
 def write_load_file(path: str | Path, rows: Iterable[tuple[bytes, bytes]]) -> None:
