@@ -5,6 +5,7 @@ real view, a real broker."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import time
@@ -20,10 +21,12 @@ from consumers.consumer import MetadataConsumer
 from consumers.manager import RemoteLogMetadataManager
 from consumers.topic import ensure_topic
 from consumers.watcher import OffsetWatcher
+from rlmm.errors import ViewStorageFailed
 from rlmm.records import metadata_partition
 from rlmm.server.backend import Backend
 from rlmm.state import keys as K
 from rlmm.state.view import CONSUMER_STATE_PREFIX, View
+from tests.grpc_support import fill_view, segment
 from tests.kafka_broker import RawProducer
 from tests.test_broker_topic_change import TP, finished_records
 
@@ -142,3 +145,21 @@ def test_the_consumer_takes_a_new_client_from_its_factory_after_the_view_refused
                 clients.consumers[0].assignment()  # the first was closed when the view refused the write
         finally:
             consumer.stop()
+
+
+def test_reads_while_a_reopening_waits_for_a_stream_fail_as_retryable(tmp_path) -> None:
+    """A listing streamed to a client holds an iterator of the database: a reopening (after a failed write) fails
+    until the stream ends, and meanwhile a read fails with ``ViewStorageFailed`` (UNAVAILABLE, retried by
+    clients), not a KeyError (INTERNAL); once the stream is gone the reopening succeeds and reads answer."""
+    with View(tmp_path / "view") as view:
+        fill_view(view, TP, [segment(TP, i * 100, i * 100 + 99) for i in range(3)])
+        stream = iter(view.queries.list_remote_log_segments(TP))
+        assert next(stream).tp == TP  # the stream is under way
+        with pytest.raises(ViewStorageFailed, match="lock"):
+            view.reopen()
+        with pytest.raises(ViewStorageFailed, match="being opened again after a failed write: no partitions"):
+            view.queries.is_ready(TP)
+        del stream
+        gc.collect()
+        view.reopen()
+        assert sorted(s.start_offset for s in view.queries.list_remote_log_segments(TP)) == [0, 100, 200]

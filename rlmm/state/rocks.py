@@ -25,6 +25,7 @@ from rocksdict import (
 from rlmm.errors import ViewDamaged, ViewInUse, ViewSchemaMismatch, ViewStorageFailed
 from rlmm.state import keys as K
 from rlmm.state.kv import Item, StagedKV, last
+from rlmm.state.reopening import Reopening
 
 
 def storage_error(exc: Exception) -> Exception:
@@ -191,7 +192,7 @@ class RocksKV:
         """Close the database and open it again: after a failed write (a full disk) RocksDB refuses every
         write until then. Raises ``ViewInUse`` while another thread still holds the old one (try again)."""
         self._iterators = {}
-        self.cfs = {}
+        self.cfs = Reopening()
         self.handles = {}
         try:
             self.db.close()
