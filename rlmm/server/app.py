@@ -189,6 +189,8 @@ def run(
         row_cache_mb=settings.row_cache_mb,
         on_commit=None if counter is None else counter.bump,
     ) as view:
+        if counter is not None:
+            counter.primary_opened()
         manager = None if config is None else RemoteLogMetadataManager(view, config, partitions)
         if manager is not None:
             manager.start()

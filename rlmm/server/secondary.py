@@ -204,6 +204,11 @@ class CatchUps(Collector):
             "Times this secondary worker caught its view up with the primary's commits before a read",
             value=self.freshness.catch_ups,
         )
+        yield CounterMetricFamily(
+            "rlmm_view_reopenings",
+            "Times this secondary worker opened its view again because the primary was started again",
+            value=self.freshness.reopenings,
+        )
 
 
 def run_secondary(settings: Settings, runtime: RuntimeDir, worker: int, started: Callable[[dict], None]) -> None:
@@ -214,7 +219,7 @@ def run_secondary(settings: Settings, runtime: RuntimeDir, worker: int, started:
     config = settings.rlmm_config()
     write_timeout = CALL_TIMEOUT_S + (0 if config is None else config.consume_wait_ms / 1000)
     counter = CommitCounter(runtime.commits)
-    seen = counter.read()
+    seen, openings = counter.read(), counter.openings()
     with View(
         settings.view,
         secondary=runtime.secondary(worker),
@@ -223,7 +228,7 @@ def run_secondary(settings: Settings, runtime: RuntimeDir, worker: int, started:
     ) as view:
         primary = Primary(runtime.primary_socket, config is not None, write_timeout).start()
         try:
-            freshness = Freshness(view, counter, seen)
+            freshness = Freshness(view, counter, seen, openings)
             metrics = Metrics()
             metrics.registry.register(CatchUps(freshness))
             backend = SecondaryBackend(view, primary, freshness)

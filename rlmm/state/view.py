@@ -179,12 +179,17 @@ class View:
     def close(self) -> None:
         self._kv.close()
 
-    def reopen(self) -> None:
-        """Open the view's database again and write to it, after RocksDB refused a write (a full disk): raises
-        ``ViewStorageFailed`` while writes still fail."""
+    def open_again(self) -> None:
+        """Close the view's database and open it again, nothing kept of it; queries wait meanwhile. A secondary
+        does so after the process writing the view was replaced (``rlmm.server.sharing``)."""
         with self._write_lock, self._clock.publishing():
             self._drop_caches()
             self._kv.reopen()
+
+    def reopen(self) -> None:
+        """Open the view's database again and write to it, after RocksDB refused a write (a full disk): raises
+        ``ViewStorageFailed`` while writes still fail."""
+        self.open_again()
         with self.batch() as batch:
             batch.stage.put(K.META, K.SCHEMA_VERSION_KEY, K.u32(SCHEMA_VERSION))
 
