@@ -163,3 +163,17 @@ def test_reads_while_a_reopening_waits_for_a_stream_fail_as_retryable(tmp_path) 
         gc.collect()
         view.reopen()
         assert sorted(s.start_offset for s in view.queries.list_remote_log_segments(TP)) == [0, 100, 200]
+
+
+def test_a_batch_failing_after_its_block_keeps_none_of_its_changes(tmp_path) -> None:
+    """A batch can fail after the caller's block, while its rows are written back (a read of the store that
+    fails): what its block changed in the rows the writer keeps across batches must go with it, or the next
+    batch would write the failed batch's changes as its own (here, a readiness withdrawn)."""
+    with View(tmp_path / "view") as view:
+        fill_view(view, TP, [segment(TP, 0, 99)])
+        with pytest.raises(TypeError), view.batch() as batch:
+            batch.mark_not_ready(TP)
+            batch.counts[b"not a name"] += 1  # type: ignore[index]  # fails where the counters are written back
+        assert view.queries.is_ready(TP)
+        fill_view(view, TP, [segment(TP, 100, 199)], ready=False)  # the next batch of the partition
+        assert view.queries.is_ready(TP) and view.queries.highest_offset_for_epoch(TP, 0) == 199

@@ -232,15 +232,15 @@ class View:
             )
             try:
                 yield batch
+                self._times.lap("apply")
+                batch.machine.flush()
+                for name, count in batch.counts.items():
+                    key = _counter_key(name)
+                    raw = self._kv.get(K.META, key)
+                    batch.stage.put(K.META, key, K.offset_bytes((0 if raw is None else K.read_offset(raw, 0)) + count))
             except BaseException:
                 self._drop_caches()  # cached rows may hold changes that are not committed
                 raise
-            self._times.lap("apply")
-            batch.machine.flush()
-            for name, count in batch.counts.items():
-                key = _counter_key(name)
-                raw = self._kv.get(K.META, key)
-                batch.stage.put(K.META, key, K.offset_bytes((0 if raw is None else K.read_offset(raw, 0)) + count))
             self._times.lap("flush")
             self._publish(batch.stage)
             if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
