@@ -19,13 +19,14 @@ import grpc
 import pytest
 
 from rlmm.client import RlmmClient
-from rlmm.errors import CallError, ViewDamaged
+from rlmm.errors import CallError, ViewDamaged, ViewSchemaMismatch
 from rlmm.records.model import TopicIdPartition
 from rlmm.state import keys as K
 from rlmm.state.kv import StagedKV
 from rlmm.state.rocks import RocksKV
-from rlmm.state.view import View
+from rlmm.state.view import SCHEMA_VERSION, View, reset_view
 from rlmm.workload import Workload, WorkloadConfig
+from tests.grpc_support import fill_view, new_tp, segment
 from tests.snapshot_support import live_view
 from tests.test_cli_errors import RLMM, invoke, one_error_line
 
@@ -254,3 +255,28 @@ def test_the_server_stops_serving_a_damaged_view(views, tmp_path) -> None:
         server.terminate()
         _, stderr = server.communicate(timeout=30)
     assert "NOT_SERVING" in stderr and "Corruption" in stderr  # logged once, with RocksDB's message
+
+
+@pytest.mark.parametrize("kind", ["damaged", "another schema version"])
+def test_a_reset_sets_aside_a_view_it_cannot_read(kind, tmp_path, caplog) -> None:
+    """``rlmm serve --reset``, which the errors of a damaged view recommend, sets aside a view it cannot read
+    too (it opened it to read its registrations, and failed), saying that its partitions must be registered
+    again; the fresh view opens."""
+    tps = [new_tp(f"reset-{i}") for i in range(200)]
+    with View(tmp_path / "view") as view:
+        for tp in tps:
+            fill_view(view, tp, [segment(tp, 0, 99)])
+        if kind == "another schema version":
+            with view.batch() as batch:
+                batch.stage.put(K.META, K.SCHEMA_VERSION_KEY, K.u32(SCHEMA_VERSION + 1))
+        view.flush()
+    if kind == "damaged":
+        damage(tmp_path / "view", K.PARTITIONS)
+    with pytest.raises((ViewDamaged, ViewSchemaMismatch)):
+        with View(tmp_path / "view") as view:
+            list(view.partitions())
+    assert reset_view(tmp_path / "view") == []
+    assert "register its partitions again" in caplog.text
+    assert [p.name.startswith("view.reset-") for p in tmp_path.iterdir()].count(True) == 1
+    with View(tmp_path / "view") as fresh:
+        assert list(fresh.partitions()) == []

@@ -138,7 +138,11 @@ class View:
         self._clock = CommitClock(self._kv.changes)  # each query answers from one committed state
         self._times = ApplyTimes()
         self.queries = Queries(self._read_cache, self._offset_cache, self._lookup_memo, self._clock)
-        self._check_schema(read_only)
+        try:
+            self._check_schema(read_only)
+        except BaseException:
+            self.close()  # a view that cannot be used is not kept open (nor its lock held)
+            raise
 
     def _check_schema(self, read_only: bool) -> None:
         raw = self._kv.get(K.META, K.SCHEMA_VERSION_KEY)
@@ -152,7 +156,6 @@ class View:
         if version in UPGRADE_STEPS and not read_only:
             self._upgrade(version)
             return
-        self.close()
         raise ViewSchemaMismatch(
             f"view at {self.path} has schema version {version}, this rlmm reads "
             f"{SCHEMA_VERSION}: rebuild it from the topic or a snapshot"
@@ -394,12 +397,17 @@ def write_load_file(path: str | Path, rows: Iterable[tuple[bytes, bytes]]) -> No
 def reset_view(path: str | Path) -> list[TopicIdPartition]:
     """Move the view at ``path`` (if any) out of the way, to ``PATH.reset-TIMESTAMP`` beside it: nothing is
     deleted, and a fresh view starts at ``path``. Returns the partitions it had registered, to register in
-    the fresh one. Raises ``ViewInUse`` while a process holds it."""
+    the fresh one (none, with a warning, where they cannot be read: a damaged view, or one of another schema
+    version, the views a reset is for). Raises ``ViewInUse`` while a process holds it."""
     path = Path(path)
     if not (path / "CURRENT").is_file():
         return []
-    with View(path) as view:  # opened for writing: refused while another process holds it
-        registered = [tp for tp, assigned, _ in view.partitions() if assigned]
+    try:
+        with View(path) as view:  # opened for writing: refused while another process holds it
+            registered = [tp for tp, assigned, _ in view.partitions() if assigned]
+    except (ViewDamaged, ViewSchemaMismatch) as exc:  # what a reset is for; no process holds it (checked first)
+        log.warning("the registrations of the view %s cannot be read (%s): register its partitions again", path, exc)
+        registered = []
     aside = path.with_name(f"{path.name}.reset-{time.strftime('%Y%m%dT%H%M%S')}")
     path.rename(aside)
     log.warning(
