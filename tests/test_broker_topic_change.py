@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -81,6 +82,23 @@ def assert_stopped_unmixed(rlmm: RemoteLogMetadataManager, view: View, before: d
         backend.queries.is_ready(TP)
 
 
+def view_of_a_topic_created_again(config: RlmmConfig, path: Path) -> str | None:
+    """A view that applied three segments of TP from the topic, which was then deleted and created again with six
+    others (more records than the view applied: no offset goes backwards); returns the topic id the view keeps.
+    (The topic is not deleted under a running consumer: on Tansu that crashes librdkafka 2.16.1 in its metadata
+    cache.)"""
+    admin = AdminClient(config.admin_config())
+    with View(path) as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        RawProducer(config.bootstrap_servers, config.topic).produce(finished_records(TP, 3))
+        rlmm.wait_applied(MP, 5, timeout=30)
+        topic_id = view_state.topic_id_of(view.consumer_state())
+    admin.delete_topics([config.topic])[config.topic].result(10)
+    ensure_topic(admin, config)
+    RawProducer(config.bootstrap_servers, config.topic).produce(finished_records(TP, 6, base=1000))
+    return topic_id
+
+
 def test_a_broker_that_lost_the_topic(rlmm_config, tmp_path) -> None:
     """The broker restarts empty; the topic comes back with two records where the view had applied six."""
     port = free_port()
@@ -107,17 +125,9 @@ def test_a_broker_that_lost_the_topic(rlmm_config, tmp_path) -> None:
 def test_a_topic_deleted_and_created_again_with_more_records(rlmm_config, tmp_path) -> None:
     """While the service was down, the topic was deleted and created again, and now holds more records
     than the view applied: only the topic id tells the histories apart (the consumer would otherwise apply
-    the new records past its position on top of the old ones). (The topic is not deleted under a running
-    consumer: on Tansu that crashes librdkafka 2.16.1 in its metadata cache.)"""
+    the new records past its position on top of the old ones)."""
     config = rlmm_config(num_partitions=PARTITIONS)
-    admin = AdminClient(config.admin_config())
-    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
-        assert rlmm.consumer.wait_ready([TP], timeout=30)
-        RawProducer(config.bootstrap_servers, config.topic).produce(finished_records(TP, 3))
-        rlmm.wait_applied(MP, 5, timeout=30)
-    admin.delete_topics([config.topic])[config.topic].result(10)
-    ensure_topic(admin, config)
-    RawProducer(config.bootstrap_servers, config.topic).produce(finished_records(TP, 6, base=1000))
+    view_of_a_topic_created_again(config, tmp_path / "view")
     with View(tmp_path / "view") as view:
         before = contents(view)
         with RemoteLogMetadataManager(view, config, [TP]) as rlmm:
@@ -142,16 +152,8 @@ def test_a_snapshot_of_the_topic_before_it_was_created_again(rlmm_config, tmp_pa
     instead of folding the new topic's records onto the snapshot's state; an incremental build on it is
     refused before Spark starts."""
     config = rlmm_config(num_partitions=PARTITIONS)
-    admin = AdminClient(config.admin_config())
-    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
-        assert rlmm.consumer.wait_ready([TP], timeout=30)
-        RawProducer(config.bootstrap_servers, config.topic).produce(finished_records(TP, 3))
-        rlmm.wait_applied(MP, 5, timeout=30)
-        topic_id = view_state.topic_id_of(view.consumer_state())
+    topic_id = view_of_a_topic_created_again(config, tmp_path / "view")
     assert topic_id is not None and export(tmp_path / "view", tmp_path / "snap", PARTITIONS)["topic_id"] == topic_id
-    admin.delete_topics([config.topic])[config.topic].result(10)
-    ensure_topic(admin, config)
-    RawProducer(config.bootstrap_servers, config.topic).produce(finished_records(TP, 6, base=1000))
     assert restore(tmp_path / "snap", tmp_path / "restored")["topic_id"] == topic_id
     with View(tmp_path / "restored") as view:
         before = contents(view)
