@@ -26,6 +26,7 @@ from rlmm.errors import (
 )
 from rlmm.records.model import (
     PartitionDelete,
+    PartitionDeleteState,
     RemoteLogMetadata,
     SegmentMetadata,
     SegmentState,
@@ -139,7 +140,18 @@ class RemoteLogMetadataManager:
                 f"the record for metadata partition {mp} was written at offset {offset}, below "
                 f"the next offset {expected} the view expects",
             )
-        if not self._applied_within(mp, offset, deadline - time.monotonic()):
+        try:
+            applied = self._applied_within(mp, offset, deadline - time.monotonic())
+        except ServiceStoppedError:  # not "try again": the record is in the topic, and a retry would write it twice
+            raise WriteTimeoutError(
+                f"record {self.config.topic}-{mp}@{offset} was written, but this service stopped before it applied "
+                f"it; it is applied when the topic is consumed again"
+            ) from None
+        except WriteNotAppliedError:
+            if _removes_partition(record):  # removed already, as asked (a record written again: a retried write)
+                return
+            raise
+        if not applied:
             raise WriteTimeoutError(
                 f"record {self.config.topic}-{mp}@{offset} was written but not applied within "
                 f"remote.log.metadata.consume.wait.ms ({self.config.consume_wait_ms} ms); it may still be applied "
@@ -188,3 +200,9 @@ class RemoteLogMetadataManager:
             "counters": self.view.counters(),
             "producer_failure": None if self._producer is None else self._producer.failure,
         }
+
+
+def _removes_partition(record: RemoteLogMetadata) -> bool:
+    """A DELETE_PARTITION_FINISHED, which applying refuses only where the partition's metadata is removed already
+    (Kafka's store throws; Kafka's writer, which waits for the consumer's offset alone, returns)."""
+    return isinstance(record, PartitionDelete) and record.state is PartitionDeleteState.DELETE_PARTITION_FINISHED

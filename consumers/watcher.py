@@ -59,6 +59,11 @@ class OffsetWatcher:
         with self._lock:
             return dict(self._applied)
 
+    def waiting(self) -> int:
+        """Writers waiting for their record to be applied."""
+        with self._lock:
+            return sum(len(heap) for heap in self._waiting.values())
+
     def fail_all(self, error: BaseException) -> None:
         """Wake every waiter with ``error`` (the service stops)."""
         with self._lock:

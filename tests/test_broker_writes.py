@@ -4,6 +4,8 @@ reach the topic (Kafka's own serialization, decoded back to Kafka's canonical fo
 from __future__ import annotations
 
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -187,3 +189,37 @@ def test_written_records_are_kafkas_bytes(rlmm_config, tmp_path) -> None:
         value = in_topic[(mp, offset)]
         assert value.hex() == case["hex"], case["case"]
         assert to_canonical(decode_value(value)) == case["decoded"], case["case"]
+
+
+def test_a_partition_deletion_written_again_is_answered_as_done(rlmm_config, tmp_path) -> None:
+    """A ``DELETE_PARTITION_FINISHED`` written twice (a client retrying a write whose answer it lost): Kafka's store
+    refuses the second record, since the partition's metadata is removed already, but that is what the write asked
+    for, so it is answered OK (Kafka's writer, which waits for the consumer's offset alone, returns too)."""
+    config = rlmm_config(num_partitions=2)
+    mp = metadata_partition(TP.topic_id, TP.partition, 2)
+    finished = PartitionDelete(TP, 1, 1_700_000_000_002, PartitionDeleteState.DELETE_PARTITION_FINISHED)
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        rlmm.put_remote_partition_delete_metadata(finished)
+        rlmm.put_remote_partition_delete_metadata(finished)
+        assert rlmm.status()["counters"]["error:IllegalStateException"] == 1  # refused when applied, as in Kafka
+        assert rlmm.queries.partition_row(TP).removed and view.metadata_offsets() == {mp: 1}
+
+
+def test_a_write_the_service_stopped_before_applying_is_not_retried(rlmm_config, tmp_path) -> None:
+    """A write the broker acknowledged, whose service stopped before applying it, fails with a timeout that says it
+    was written (DEADLINE_EXCEEDED), not with SERVER_STOPPING, which clients retry: that would write it twice."""
+    config = rlmm_config(num_partitions=2)
+    mp = metadata_partition(TP.topic_id, TP.partition, 2)
+    with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config, [TP]) as rlmm:
+        assert rlmm.consumer.wait_ready([TP], timeout=30)
+        assert rlmm.consumer.hold({mp: 0}).wait(5)  # the consumer applies nothing of this partition
+        with ThreadPoolExecutor(1) as pool:
+            write = pool.submit(rlmm.add_remote_log_segment_metadata, segment(TP, 0, 99))
+            while not rlmm.watcher.waiting():
+                time.sleep(0.01)
+            rlmm.close()
+            with pytest.raises(
+                WriteTimeoutError, match=rf"{config.topic}-{mp}@0 was written, but this service stopped"
+            ):
+                write.result(30)
