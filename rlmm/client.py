@@ -44,6 +44,9 @@ from rlmm.v1 import service_pb2_grpc
 
 T = TypeVar("T")
 Lookup = tuple[TopicIdPartition, int, int]
+# a full batch (the server's 10,000 lookups) answers ~5 MB with long topic names and custom metadata: above
+# gRPC's default of 4 MB
+MAX_RECEIVE_BYTES = 64 << 20
 
 
 _ERRORS: dict[grpc.StatusCode, type[CallError]] = {
@@ -103,11 +106,12 @@ class RlmmClient:
         system's); ``certificate_chain`` + ``private_key``: a client certificate for mutual TLS;
         ``token``: a bearer token for writes. ``timeout``/``write_timeout``: each attempt's deadline in
         seconds (writes wait for the topic: remote.log.metadata.consume.wait.ms is 120 s by default)."""
+        options = [("grpc.max_receive_message_length", MAX_RECEIVE_BYTES), *options]
         if tls or root_certificates or certificate_chain:
             credentials = grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain)
-            self._channel = grpc.secure_channel(target, credentials, options=list(options))
+            self._channel = grpc.secure_channel(target, credentials, options=options)
         else:
-            self._channel = grpc.insecure_channel(target, options=list(options))
+            self._channel = grpc.insecure_channel(target, options=options)
         self._stub = service_pb2_grpc.RemoteLogMetadataServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
@@ -164,7 +168,9 @@ class RlmmClient:
         """One answer per (partition, epoch, offset): the segment, None, or the error of that lookup alone
         (``NotFoundError``, ``ReplicaNotAvailableError``). ``kafka_values``: ask in columns and receive
         segments as Kafka's bytes, decoded here (``ColumnarRemoteLogSegmentMetadata``, the cheapest call
-        on both sides); otherwise one message per lookup and per segment. The answers are the same."""
+        on both sides); otherwise one message per lookup and per segment. The answers are the same, but for
+        the tagged fields unknown to Kafka that a segment's records carried (``unknown_tags``), which only
+        Kafka's bytes carry."""
         if not kafka_values:
             request = api.BatchRemoteLogSegmentMetadataRequest(lookups=[_lookup(*lookup) for lookup in lookups])
             return [_result(r) for r in self._call(self._stub.BatchRemoteLogSegmentMetadata, request).results]
@@ -242,18 +248,23 @@ class RlmmClient:
     # ---- writes -----------------------------------------------------------------------------------------
 
     def add_remote_log_segment_metadata(self, segment: SegmentMetadata) -> None:
+        """The writes refuse a record with tagged fields unknown to Kafka (``unknown_tags``, as a decoded record
+        may hold): the API's messages do not carry them, and the record written would lack them."""
+        _refuse_unknown_tags(segment)
         request = api.AddRemoteLogSegmentMetadataRequest(
             remote_log_segment_metadata=convert.segment_metadata_pb(segment)
         )
         self._call(self._stub.AddRemoteLogSegmentMetadata, request, timeout=self.write_timeout)
 
     def update_remote_log_segment_metadata(self, update: SegmentUpdate) -> None:
+        _refuse_unknown_tags(update)
         request = api.UpdateRemoteLogSegmentMetadataRequest(
             remote_log_segment_metadata_update=convert.segment_update_pb(update)
         )
         self._call(self._stub.UpdateRemoteLogSegmentMetadata, request, timeout=self.write_timeout)
 
     def put_remote_partition_delete_metadata(self, delete: PartitionDelete) -> None:
+        _refuse_unknown_tags(delete)
         request = api.PutRemotePartitionDeleteMetadataRequest(
             remote_partition_delete_metadata=convert.partition_delete_pb(delete)
         )
@@ -291,6 +302,15 @@ class RlmmClient:
         """The grpc.health.v1 status of ``service`` ("" is the whole server): SERVING, NOT_SERVING, ..."""
         response = self._call(self._health.Check, health_pb2.HealthCheckRequest(service=service))
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+
+def _refuse_unknown_tags(record: SegmentMetadata | SegmentUpdate | PartitionDelete) -> None:
+    if record.unknown_tags:
+        raise ValueError(
+            f"the {type(record).__name__} carries {len(record.unknown_tags)} tagged field(s) unknown to Kafka, which "
+            f"the API's messages do not carry: write it without them (unknown_tags=()), or through "
+            f"consumers.manager.RemoteLogMetadataManager, which writes them"
+        )
 
 
 def _tp(tp: TopicIdPartition):

@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from rlmm import convert
+from rlmm.client import RlmmClient
 from rlmm.errors import CallError, KafkaStateError
 from rlmm.records.model import SegmentMetadata, SegmentState
 from rlmm.records.serde import decode_value, encode_value
@@ -173,3 +174,27 @@ def test_malformed_requests_are_refused_alike(served_view, lookups, problem) -> 
                 raw.BatchRemoteLogSegmentMetadata(_request(kafka_values, lookups))
             assert failed.value.code() is grpc.StatusCode.INVALID_ARGUMENT
             assert problem in failed.value.details()
+
+
+def test_a_full_batch_of_large_segments_reaches_the_client(tmp_path) -> None:
+    """10,000 lookups (the server's limit) of a segment as large as Kafka lets it be (a topic name of 249
+    characters, 128 bytes of custom metadata) answer ~5 MB: above gRPC's default receive limit of 4 MB."""
+    tp = new_tp("t" * 249)
+    with View(tmp_path / "view") as view:
+        fill_view(view, tp, [segment(tp, 0, 9_999, custom=b"c" * 128)])
+        with running_server(view) as server, client(server) as asking:
+            for kafka_values in (True, False):
+                answers = asking.remote_log_segment_metadata_batch(
+                    [(tp, 0, offset) for offset in range(10_000)], kafka_values=kafka_values
+                )
+                assert len(answers) == 10_000 and {a.custom_metadata for a in answers} == {b"c" * 128}
+
+
+def test_the_clients_writes_refuse_tagged_fields_the_api_does_not_carry() -> None:
+    """A decoded record may hold tagged fields unknown to Kafka; written through the API it would lose them
+    silently. The client refuses it before calling (it never connects here)."""
+    tp = new_tp("tags")
+    tagged = segment(tp, 0, 99)
+    tagged.unknown_tags = (("", 7, b"future-field"),)
+    with RlmmClient("127.0.0.1:9") as asking, pytest.raises(ValueError, match="1 tagged field"):
+        asking.add_remote_log_segment_metadata(tagged)
