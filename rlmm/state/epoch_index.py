@@ -292,9 +292,10 @@ class EpochIndex:
         elif start > er.last_key:  # an append, the common case: the previous last entry was no break
             if not (start == er.last_end + 1 and start <= entry.epoch_end):
                 self.kv.put_new(K.BREAKS, K.offset_key(tpid, epoch, er.last_key), b"")
-            # (the last entry's segment starts at or before its start in the epoch)
+            # (the last entry's segment starts at or before its end: a segment that starts after it cannot start
+            # before that one; not its start in the epoch, which a segment's epochs may place below its start)
             if (
-                entry.start_offset <= er.last_key
+                entry.start_offset <= er.last_end
                 and ref_entry(self.kv, K.offset_key(tpid, epoch, er.last_key)).start_offset > entry.start_offset
             ):
                 self.kv.put_new(K.INVERSIONS, K.offset_key(tpid, epoch, er.last_key), b"")

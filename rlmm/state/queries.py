@@ -266,6 +266,10 @@ class Queries:
             if last_of_run.end_offset >= K.MAX_OFFSET:
                 return None
             found = self._lookup(tpid, epoch, last_of_run.end_offset + 1, er)
+            if found is not None and found[0] <= stop:
+                # the segment again, whose part of the epoch (up to the next epoch's start) runs past its end:
+                # Kafka's walk would ask for the same offset for ever; no segment follows it in the epoch
+                return None
         return None
 
     def first_segment_with_max_timestamp_at_least(
