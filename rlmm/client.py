@@ -106,7 +106,9 @@ class RlmmClient:
         system's); ``certificate_chain`` + ``private_key``: a client certificate for mutual TLS;
         ``token``: a bearer token for writes. ``timeout``/``write_timeout``: each attempt's deadline in
         seconds (writes wait for the topic: remote.log.metadata.consume.wait.ms is 120 s by default)."""
-        options = [("grpc.max_receive_message_length", MAX_RECEIVE_BYTES), *options]
+        options = list(options)
+        if all(key != "grpc.max_receive_message_length" for key, _ in options):
+            options.append(("grpc.max_receive_message_length", MAX_RECEIVE_BYTES))
         if tls or root_certificates or certificate_chain:
             credentials = grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain)
             self._channel = grpc.secure_channel(target, credentials, options=options)
