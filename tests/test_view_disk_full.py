@@ -165,6 +165,21 @@ def test_reads_while_a_reopening_waits_for_a_stream_fail_as_retryable(tmp_path) 
         assert sorted(s.start_offset for s in view.queries.list_remote_log_segments(TP)) == [0, 100, 200]
 
 
+def test_a_view_whose_reopening_failed_closes(tmp_path) -> None:
+    """A service stopped while its view could not be opened again (a stream held it) closes it all the same."""
+    view = View(tmp_path / "view")
+    fill_view(view, TP, [segment(TP, 0, 99)])
+    stream = iter(view.queries.list_remote_log_segments(TP))
+    assert next(stream).tp == TP
+    with pytest.raises(ViewStorageFailed):
+        view.reopen()
+    view.close()
+    del stream
+    gc.collect()
+    with View(tmp_path / "view") as again:  # the lock was released
+        assert again.queries.is_ready(TP)
+
+
 def test_a_batch_failing_after_its_block_keeps_none_of_its_changes(tmp_path) -> None:
     """A batch can fail after the caller's block, while its rows are written back (a read of the store that
     fails): what its block changed in the rows the writer keeps across batches must go with it, or the next

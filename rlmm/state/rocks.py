@@ -186,7 +186,8 @@ class RocksKV:
         self._iterators = {}
         self.cfs.clear()
         self.handles.clear()
-        self.db.close()
+        if self.db is not None:  # None while a reopening failed
+            self.db.close()
 
     def reopen(self) -> None:
         """Close the database and open it again: after a failed write (a full disk) RocksDB refuses every
