@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Final
 
@@ -141,7 +141,8 @@ class View:
         try:
             self._check_schema(read_only)
         except BaseException:
-            self.close()  # a view that cannot be used is not kept open (nor its lock held)
+            with suppress(Exception):  # what made it unusable is the error to raise
+                self.close()  # a view that cannot be used is not kept open (nor its lock held)
             raise
 
     def _check_schema(self, read_only: bool) -> None:
