@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rlmm.errors import KafkaStateError
 from rlmm.records.canonical import to_canonical
@@ -23,6 +23,18 @@ from rlmm.records.model import TopicIdPartition
 from rlmm.records.uuid import uuid_from_str, uuid_to_str
 from rlmm.state.queries import Queries
 from rlmm.state.view import View
+
+OPS: Final = frozenset(
+    {
+        "remoteLogSegmentMetadata",
+        "highestOffsetForEpoch",
+        "listRemoteLogSegments",
+        "remoteLogSize",
+        "nextSegmentWithTxnIndex",
+        "maxTimestamp",
+        "isReady",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -38,7 +50,16 @@ class Scenario:
         if meta["mode"] not in ("live", "bootstrap"):
             raise ValueError(f"{directory}: unknown scenario mode {meta['mode']!r}")
         assigned = [(_tp(a), a["metadata_partition"]) for a in meta["assigned"]]
-        return cls(meta["mode"], assigned, _jsonl(directory / "events.jsonl"), _jsonl(directory / "queries.jsonl"))
+        events, queries = _jsonl(directory / "events.jsonl"), _jsonl(directory / "queries.jsonl")
+        for j, query in enumerate(queries):  # a query never evaluated would answer null
+            if query["op"] not in OPS:
+                raise ValueError(f"{directory}: query {j} has the unknown op {query['op']!r}")
+            if not -1 <= query["after_event"] < len(events):
+                raise ValueError(
+                    f"{directory}: query {j} comes after event {query['after_event']}, not one of -1 to "
+                    f"{len(events) - 1}"
+                )
+        return cls(meta["mode"], assigned, events, queries)
 
 
 def _jsonl(path: Path) -> list[dict]:

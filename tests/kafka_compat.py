@@ -61,3 +61,15 @@ def require(row: dict[str, Any] | CompatDataMissing) -> dict[str, Any]:
     if isinstance(row, CompatDataMissing):
         pytest.fail(str(row), pytrace=False)
     return row
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """JSON values equal with their types: ``true`` is not ``1``, ``1`` is not ``1.0`` (Python's ``==`` says they
+    are)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    return a == b
