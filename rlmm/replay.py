@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -23,18 +23,6 @@ from rlmm.records.model import TopicIdPartition
 from rlmm.records.uuid import uuid_from_str, uuid_to_str
 from rlmm.state.queries import Queries
 from rlmm.state.view import View
-
-OPS: Final = frozenset(
-    {
-        "remoteLogSegmentMetadata",
-        "highestOffsetForEpoch",
-        "listRemoteLogSegments",
-        "remoteLogSize",
-        "nextSegmentWithTxnIndex",
-        "maxTimestamp",
-        "isReady",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -147,32 +135,39 @@ def _became_ready(error: str | None, tp: TopicIdPartition) -> dict:
 def answer(queries: Queries, query: dict) -> Any:
     """Evaluate one compat query; the answer is in the ``expect`` form."""
     op, args = query["op"], query["args"]
-    tp = _tp(args)
-    epoch = args.get("leader_epoch")
+    evaluate = OPS.get(op)
+    if evaluate is None:
+        raise ValueError(f"unknown query op {op!r}")
     try:
-        if op == "remoteLogSegmentMetadata":
-            return _canonical_or_none(queries.remote_log_segment_metadata(tp, epoch, args["offset"]))
-        if op == "highestOffsetForEpoch":
-            return queries.highest_offset_for_epoch(tp, epoch)
-        if op == "listRemoteLogSegments":
-            if epoch is None:
-                segments = sorted(
-                    queries.list_remote_log_segments(tp), key=lambda s: (s.start_offset, uuid_to_str(s.segment_id))
-                )
-            else:
-                segments = queries.list_epoch_segments(tp, epoch)
-            return [uuid_to_str(s.segment_id) for s in segments]
-        if op == "remoteLogSize":
-            return queries.remote_log_size(tp, epoch)
-        if op == "nextSegmentWithTxnIndex":
-            return _canonical_or_none(queries.next_segment_with_txn_index(tp, epoch, args["offset"]))
-        if op == "maxTimestamp":
-            return _canonical_or_none(queries.max_timestamp(tp))
-        if op == "isReady":
-            return queries.is_ready(tp)
+        return evaluate(queries, _tp(args), args.get("leader_epoch"), args)
     except KafkaStateError as exc:
         return {"error": exc.kafka_exception}
-    raise ValueError(f"unknown query op {op!r}")
+
+
+def _listed(queries: Queries, tp: TopicIdPartition, epoch: int | None) -> list[str]:
+    if epoch is None:
+        segments = sorted(
+            queries.list_remote_log_segments(tp), key=lambda s: (s.start_offset, uuid_to_str(s.segment_id))
+        )
+    else:
+        segments = queries.list_epoch_segments(tp, epoch)
+    return [uuid_to_str(s.segment_id) for s in segments]
+
+
+# each compat op: (queries, partition, leader epoch or None, the query's args) -> the answer in ``expect`` form
+OPS: Final[dict[str, Callable[[Queries, TopicIdPartition, Any, dict], Any]]] = {
+    "remoteLogSegmentMetadata": lambda q, tp, epoch, args: _canonical_or_none(
+        q.remote_log_segment_metadata(tp, epoch, args["offset"])
+    ),
+    "highestOffsetForEpoch": lambda q, tp, epoch, _: q.highest_offset_for_epoch(tp, epoch),
+    "listRemoteLogSegments": lambda q, tp, epoch, _: _listed(q, tp, epoch),
+    "remoteLogSize": lambda q, tp, epoch, _: q.remote_log_size(tp, epoch),
+    "nextSegmentWithTxnIndex": lambda q, tp, epoch, args: _canonical_or_none(
+        q.next_segment_with_txn_index(tp, epoch, args["offset"])
+    ),
+    "maxTimestamp": lambda q, tp, _, __: _canonical_or_none(q.max_timestamp(tp)),
+    "isReady": lambda q, tp, _, __: q.is_ready(tp),
+}
 
 
 def _canonical_or_none(segment) -> dict | None:
