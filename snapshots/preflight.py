@@ -23,11 +23,9 @@ def check_build_inputs(
         archived = read_archive_manifest(archive_dir)
         topic, topic_id = archived["topic"], archived.get("topic_id")
     else:
-        from snapshots.kafka_io import num_partitions
         from snapshots.kafka_io import topic_id as described_id
 
-        num_partitions(str(bootstrap), topic)
-        topic_id = described_id(str(bootstrap), topic)
+        topic_id = described_id(str(bootstrap), topic)  # the topic's description: refused when it is missing
     if base_dir is not None:
         check_base(base_dir, topic, topic_id)
     return topic_id
