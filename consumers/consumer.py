@@ -43,7 +43,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 from consumers import view_state
 from consumers.clients import KafkaClients
 from consumers.config import RlmmConfig
-from consumers.ledger import BEGINNING, ConsumerLedger, FetchRead, Progress
+from consumers.ledger import BEGINNING, NO_BROKER, ConsumerLedger, FetchRead, Progress
 from consumers.ratelog import RateLimitedLog
 from consumers.refusals import RefusalLog, why
 from consumers.topic import describe_topic, ensure_topic
@@ -148,13 +148,17 @@ class MetadataConsumer:
     # Requests are carried out by the consumer thread, between two batches; the event each returns is
     # set once that happened.
 
-    def register(self, partitions: Iterable[TopicIdPartition]) -> threading.Event:
-        """Start following these user partitions (Kafka's ``onPartitionLeadershipChanges``)."""
-        return self._request("register", list(partitions))
+    def register(
+        self, partitions: Iterable[TopicIdPartition], holder: int = NO_BROKER, *, full: bool = False
+    ) -> threading.Event:
+        """Start following these user partitions for broker ``holder`` (Kafka's ``onPartitionLeadershipChanges``);
+        ``full``: they are all the partitions it follows, its registrations of any other one end."""
+        return self._request("replace" if full else "register", (list(partitions), holder))
 
-    def unregister(self, partitions: Iterable[TopicIdPartition]) -> threading.Event:
-        """Stop following them and forget their metadata (Kafka's ``onStopPartitions``)."""
-        return self._request("unregister", list(partitions))
+    def unregister(self, partitions: Iterable[TopicIdPartition], holder: int = NO_BROKER) -> threading.Event:
+        """End broker ``holder``'s registrations of these partitions (Kafka's ``onStopPartitions``); a partition
+        no other broker holds is no longer followed and its metadata is forgotten."""
+        return self._request("unregister", (list(partitions), holder))
 
     def hold(self, limits: Mapping[int, int] | None) -> threading.Event:
         """Apply each listed metadata partition only below the given offset, and hold there; ``None``
@@ -417,6 +421,7 @@ class MetadataConsumer:
         self._topic_id = view_state.topic_id_of(state)
         for mp, until in view_state.rereads_of(state).items():  # readings again a previous run did not finish
             ledger.resume_reread(mp, until)
+        ledger.holders = view_state.holders_of(state)
         withdraw = []
         for tp, assigned, ready in self.view.partitions():
             if not assigned:
@@ -428,16 +433,17 @@ class MetadataConsumer:
         with self.view.batch() as batch:
             for tp in withdraw:
                 batch.mark_not_ready(tp)
-            self._add(batch, self._initial)
+            self._add(batch, self._initial, NO_BROKER)
         ledger.loaded()
 
-    def _add(self, batch: Batch, partitions: Iterable[TopicIdPartition]) -> None:
-        """Assign new partitions in the view and plan to read their metadata partitions from the
-        beginning. Where that partition was read before, the offset the reading again must pass is
-        committed with the assignment, so that a run killed before it gets there starts it over."""
+    def _add(self, batch: Batch, partitions: Iterable[TopicIdPartition], holder: int) -> None:
+        """Register partitions for ``holder``: assign new ones in the view and plan to read their metadata
+        partitions from the beginning. Where that partition was read before, the offset the reading again
+        must pass is committed with the assignment, so that a run killed before it gets there starts it over."""
         applied = self.watcher.applied()
         for tp in partitions:
-            registration = self._ledger.register(tp, applied)
+            registration = self._ledger.register(tp, applied, holder)
+            batch.put_consumer_state(view_state.holders_key(tp), view_state.holders_value(self._ledger.holders[tp]))
             if registration is None:
                 continue
             batch.assign(tp)
@@ -458,17 +464,28 @@ class MetadataConsumer:
             if kind == "hold":
                 self._set_limits(arg)
                 continue
+            partitions, holder = arg
             with self.view.batch() as batch:
-                if kind == "register":
-                    self._add(batch, arg)
+                if kind == "replace":
+                    self._remove(batch, set(self._ledger.held_by(holder)).difference(partitions), holder)
+                if kind == "unregister":
+                    self._remove(batch, partitions, holder)
                 else:
-                    for tp in arg:
-                        if self._ledger.unregister(tp):
-                            batch.unassign(tp)
+                    self._add(batch, partitions, holder)
         if served:
             self._reassign()
         for done in served:
             done.set()
+
+    def _remove(self, batch: Batch, partitions: Iterable[TopicIdPartition], holder: int) -> None:
+        """End ``holder``'s registrations of partitions; unassign those no holder is left for."""
+        for tp in partitions:
+            stopped = self._ledger.unregister(tp, holder)
+            batch.put_consumer_state(
+                view_state.holders_key(tp), view_state.holders_value(self._ledger.holders.get(tp, ()))
+            )
+            if stopped:
+                batch.unassign(tp)
 
     def _reassign(self) -> None:
         """Bring the client's assignment in line with the registrations and rewind what must be read

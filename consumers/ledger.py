@@ -17,6 +17,7 @@ from rlmm.state.results import ApplyResult
 # auto.offset.reset=earliest moves it to the log start (when retention removed it), and it spares a
 # ListOffsets round trip, which Tansu answers only after ~0.5 s.
 BEGINNING = 0
+NO_BROKER = -1  # the holder of a registration made without a broker id (tools, ``rlmm serve --partition``)
 BEHIND_GRACE_S = 5.0  # how long an end offset may stay below the consumer's position (a new leader's high
 # watermark can lag for a moment on Kafka) before the offsets count as gone backwards
 
@@ -75,6 +76,8 @@ class ConsumerLedger:
         self.initial_positions: dict[int, int] = {}  # next offset per metadata partition when the view was opened
         self.limits: dict[int, int] = {}  # metadata partition -> offset it is read up to (``hold``)
         self.registered: dict[TopicIdPartition, int] = {}  # user partition -> its metadata partition
+        # user partition -> the brokers whose registrations hold it (none recorded: a view of an older release)
+        self.holders: dict[TopicIdPartition, set[int]] = {}
         self.pending: dict[int, dict[TopicIdPartition, int | None]] = {}  # mp -> not ready -> end offset to reach
         self.rewind: set[int] = set()  # metadata partitions to read again from the beginning
         self.reread_until: dict[int, int] = {}  # metadata partition read again -> the offset it must pass
@@ -123,9 +126,12 @@ class ConsumerLedger:
 
     # ---- registrations ------------------------------------------------------------------------------
 
-    def register(self, tp: TopicIdPartition, applied: Mapping[int, int]) -> Registration | None:
-        """Follow a new partition (None: followed already); ``applied``: next offset the view has not applied
-        per metadata partition."""
+    def register(
+        self, tp: TopicIdPartition, applied: Mapping[int, int], holder: int = NO_BROKER
+    ) -> Registration | None:
+        """``holder`` (a broker id) registers a partition; a new one is followed (None: followed already).
+        ``applied``: next offset the view has not applied per metadata partition."""
+        self.holders.setdefault(tp, set()).add(holder)
         if tp in self.registered:
             return None
         mp = self.registered[tp] = self.metadata_partition_of(tp)
@@ -136,13 +142,23 @@ class ConsumerLedger:
             until = self.reread_until[mp] = applied[mp] - 1
         return Registration(mp, until)
 
-    def unregister(self, tp: TopicIdPartition) -> bool:
-        """Stop following a partition; False if it was not followed."""
+    def unregister(self, tp: TopicIdPartition, holder: int = NO_BROKER) -> bool:
+        """End ``holder``'s registration of a partition; True when that stops following it: it was followed,
+        and no other holder is left (a partition whose holders were never recorded has none)."""
+        holders = self.holders.get(tp, set())
+        holders.discard(holder)
+        if holders:
+            return False
+        self.holders.pop(tp, None)
         mp = self.registered.pop(tp, None)
         if mp is None:
             return False
         self.pending.get(mp, {}).pop(tp, None)
         return True
+
+    def held_by(self, holder: int) -> list[TopicIdPartition]:
+        """The partitions whose registrations ``holder`` holds."""
+        return [tp for tp, holders in self.holders.items() if holder in holders]
 
     def wanted(self) -> set[int]:
         if self.assign_all:

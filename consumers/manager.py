@@ -4,7 +4,7 @@ return once the service has applied them (read-your-writes), as Kafka's topic-ba
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -13,10 +13,12 @@ from confluent_kafka import KafkaError, KafkaException
 from consumers.clients import ConfluentClients
 from consumers.config import RlmmConfig
 from consumers.consumer import MetadataConsumer
+from consumers.ledger import NO_BROKER
 from consumers.producer import MetadataProducer
-from consumers.watcher import OffsetWatcher
+from consumers.watcher import OffsetWatcher, Position
 from rlmm.errors import (
     InvalidMetadataError,
+    NotCaughtUpError,
     NotInitializedError,
     ServiceStoppedError,
     TopicChangedError,
@@ -72,17 +74,26 @@ class RemoteLogMetadataManager:
 
     # ---- partition lifecycle ----------------------------------------------------------------------
 
-    def on_partition_leadership_changes(
-        self, leaders: Iterable[TopicIdPartition], followers: Iterable[TopicIdPartition]
-    ) -> None:
-        self.consumer.register([*leaders, *followers])
+    # Registrations are kept per broker (``broker_id``, None: a caller without one): a partition is followed
+    # while any holder has it registered, so that brokers can share the service.
 
-    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
-        self.consumer.unregister(partitions)
+    def on_partition_leadership_changes(
+        self,
+        leaders: Iterable[TopicIdPartition],
+        followers: Iterable[TopicIdPartition],
+        broker_id: int | None = None,
+        *,
+        full: bool = False,
+    ) -> None:
+        """``full``: these are every partition the broker follows; its registrations of others end."""
+        self.consumer.register([*leaders, *followers], _holder(broker_id), full=full)
+
+    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition], broker_id: int | None = None) -> None:
+        self.consumer.unregister(partitions, _holder(broker_id))
 
     # ---- writes -------------------------------------------------------------------------------------
 
-    def add_remote_log_segment_metadata(self, segment: SegmentMetadata) -> None:
+    def add_remote_log_segment_metadata(self, segment: SegmentMetadata) -> Position:
         if not isinstance(segment, SegmentMetadata):
             raise TypeError(f"expected SegmentMetadata, got {type(segment).__name__}")
         if segment.state is not SegmentState.COPY_SEGMENT_STARTED:
@@ -90,23 +101,24 @@ class RemoteLogMetadataManager:
                 f"Given remoteLogSegmentMetadata should have state as COPY_SEGMENT_STARTED "
                 f"but it contains state as: {segment.state.name}"
             )
-        self._store(segment)
+        return self._store(segment)
 
-    def update_remote_log_segment_metadata(self, update: SegmentUpdate) -> None:
+    def update_remote_log_segment_metadata(self, update: SegmentUpdate) -> Position:
         if not isinstance(update, SegmentUpdate):
             raise TypeError(f"expected SegmentUpdate, got {type(update).__name__}")
         if update.state is SegmentState.COPY_SEGMENT_STARTED:
             raise InvalidMetadataError(
                 "Given remoteLogSegmentMetadataUpdate should not have the state as: COPY_SEGMENT_STARTED"
             )
-        self._store(update)
+        return self._store(update)
 
-    def put_remote_partition_delete_metadata(self, delete: PartitionDelete) -> None:
+    def put_remote_partition_delete_metadata(self, delete: PartitionDelete) -> Position:
         if not isinstance(delete, PartitionDelete):
             raise TypeError(f"expected PartitionDelete, got {type(delete).__name__}")
-        self._store(delete)
+        return self._store(delete)
 
-    def _store(self, record: RemoteLogMetadata) -> None:
+    def _store(self, record: RemoteLogMetadata) -> Position:
+        """Write the record and wait until the view applied it; returns where it landed."""
         if not self.consumer.initialized:
             raise NotInitializedError(
                 f"the metadata topic {self.config.topic!r} is not ready: "
@@ -149,7 +161,7 @@ class RemoteLogMetadataManager:
             ) from None
         except WriteNotAppliedError:
             if _removes_partition(record):  # removed already, as asked (a record written again: a retried write)
-                return
+                return Position(mp, offset)
             raise
         if not applied:
             raise WriteTimeoutError(
@@ -157,6 +169,22 @@ class RemoteLogMetadataManager:
                 f"remote.log.metadata.consume.wait.ms ({self.config.consume_wait_ms} ms); it may still be applied "
                 f"later; {self._lag_summary(mp)}"
             )
+        return Position(mp, offset)
+
+    def wait_positions(self, positions: Mapping[int, int], timeout: float) -> None:
+        """Return once the view has applied every position (metadata partition -> offset), a record that could not
+        be applied included; else raise ``NotCaughtUpError`` after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        for mp, offset in positions.items():
+            try:
+                applied = self._applied_within(mp, offset, deadline - time.monotonic())
+            except WriteNotAppliedError:
+                continue
+            if not applied:
+                raise NotCaughtUpError(
+                    f"this server has not applied {self.config.topic}-{mp}@{offset}, which the read must see "
+                    f"(rlmm-read-after), within {timeout:.3g} s; {self._lag_summary(mp)}"
+                )
 
     def wait_applied(self, metadata_partition: int, offset: int, timeout: float) -> None:
         """Return once the view has applied ``offset`` of ``metadata_partition`` (or found that its record cannot
@@ -200,6 +228,10 @@ class RemoteLogMetadataManager:
             "counters": self.view.counters(),
             "producer_failure": None if self._producer is None else self._producer.failure,
         }
+
+
+def _holder(broker_id: int | None) -> int:
+    return NO_BROKER if broker_id is None else broker_id
 
 
 def _removes_partition(record: RemoteLogMetadata) -> bool:

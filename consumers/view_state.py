@@ -1,18 +1,44 @@
 """What the consumer keeps in the view beside the state it folds (``Batch.put_consumer_state``): the id of the
-metadata topic the view was built from, and the readings again from the beginning that are under way (a
-partition registered after its metadata partition was read). A snapshot carries both, so that a view restored
-from it refuses another topic and finishes those readings (``snapshots.restore``)."""
+metadata topic the view was built from, the readings again from the beginning that are under way (a
+partition registered after its metadata partition was read), and which brokers hold each registration. A
+snapshot carries the first two, so that a view restored from it refuses another topic and finishes those
+readings (``snapshots.restore``); its registrations come without holders, so the first broker to stop one
+ends it."""
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final
+
+from rlmm.records.model import TopicIdPartition
+from rlmm.state import keys as K
 
 TOPIC_ID: Final = b"topic_id"
 REREAD: Final = b"reread:"  # + metadata partition -> the offset its reading again must pass
+HOLDERS: Final = b"holders:"  # + the user partition's identity -> the broker ids holding its registration
 _U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+
+
+def holders_key(tp: TopicIdPartition) -> bytes:
+    return HOLDERS + K.tp_identity(tp)
+
+
+def holders_value(holders: Iterable[int]) -> bytes | None:
+    """The holders as stored; None (the key deleted) when there are none."""
+    ordered = sorted(holders)
+    return b"".join(_I32.pack(holder) for holder in ordered) if ordered else None
+
+
+def holders_of(state: Mapping[bytes, bytes]) -> dict[TopicIdPartition, set[int]]:
+    """User partition -> the broker ids holding its registration."""
+    return {
+        K.tp_from_identity(key[len(HOLDERS) :]): {holder for (holder,) in _I32.iter_unpack(value)}
+        for key, value in state.items()
+        if key.startswith(HOLDERS)
+    }
 
 
 def reread_key(mp: int) -> bytes:

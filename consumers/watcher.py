@@ -9,9 +9,16 @@ import itertools
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Final
+from typing import Final, NamedTuple
 
 FAILURES_KEPT: Final = 1_000  # per metadata partition: a writer that waits after its record failed still learns it
+
+
+class Position(NamedTuple):
+    """Where a record is in the metadata topic."""
+
+    metadata_partition: int
+    offset: int
 
 
 class OffsetWatcher:

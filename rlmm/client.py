@@ -26,6 +26,7 @@ from grpc_status import rpc_status
 from tenacity import Retrying, retry_if_exception, stop_after_delay
 from tenacity.wait import wait_base, wait_exponential_jitter
 
+from consumers.watcher import Position
 from rlmm import convert
 from rlmm.errors import (
     AccessDeniedError,
@@ -249,39 +250,49 @@ class RlmmClient:
 
     # ---- writes -----------------------------------------------------------------------------------------
 
-    def add_remote_log_segment_metadata(self, segment: SegmentMetadata) -> None:
-        """The writes refuse a record with tagged fields unknown to Kafka (``unknown_tags``, as a decoded record
-        may hold): the API's messages do not carry them, and the record written would lack them."""
+    def add_remote_log_segment_metadata(self, segment: SegmentMetadata) -> Position | None:
+        """The writes return where the record landed (None from a server of an earlier release). They refuse a
+        record with tagged fields unknown to Kafka (``unknown_tags``, as a decoded record may hold): the API's
+        messages do not carry them, and the record written would lack them."""
         _refuse_unknown_tags(segment)
         request = api.AddRemoteLogSegmentMetadataRequest(
             remote_log_segment_metadata=convert.segment_metadata_pb(segment)
         )
-        self._call(self._stub.AddRemoteLogSegmentMetadata, request, timeout=self.write_timeout)
+        return _position(self._call(self._stub.AddRemoteLogSegmentMetadata, request, timeout=self.write_timeout))
 
-    def update_remote_log_segment_metadata(self, update: SegmentUpdate) -> None:
+    def update_remote_log_segment_metadata(self, update: SegmentUpdate) -> Position | None:
         _refuse_unknown_tags(update)
         request = api.UpdateRemoteLogSegmentMetadataRequest(
             remote_log_segment_metadata_update=convert.segment_update_pb(update)
         )
-        self._call(self._stub.UpdateRemoteLogSegmentMetadata, request, timeout=self.write_timeout)
+        return _position(self._call(self._stub.UpdateRemoteLogSegmentMetadata, request, timeout=self.write_timeout))
 
-    def put_remote_partition_delete_metadata(self, delete: PartitionDelete) -> None:
+    def put_remote_partition_delete_metadata(self, delete: PartitionDelete) -> Position | None:
         _refuse_unknown_tags(delete)
         request = api.PutRemotePartitionDeleteMetadataRequest(
             remote_partition_delete_metadata=convert.partition_delete_pb(delete)
         )
-        self._call(self._stub.PutRemotePartitionDeleteMetadata, request, timeout=self.write_timeout)
+        return _position(self._call(self._stub.PutRemotePartitionDeleteMetadata, request, timeout=self.write_timeout))
 
     def on_partition_leadership_changes(
-        self, leaders: Iterable[TopicIdPartition], followers: Iterable[TopicIdPartition]
+        self,
+        leaders: Iterable[TopicIdPartition],
+        followers: Iterable[TopicIdPartition],
+        broker_id: int | None = None,
+        *,
+        full: bool = False,
     ) -> None:
+        """Registrations are kept per ``broker_id`` (None: registered without one)."""
         request = api.OnPartitionLeadershipChangesRequest(
-            leader_partitions=[_tp(tp) for tp in leaders], follower_partitions=[_tp(tp) for tp in followers]
+            leader_partitions=[_tp(tp) for tp in leaders],
+            follower_partitions=[_tp(tp) for tp in followers],
+            broker_id=broker_id,
+            full=full,
         )
         self._call(self._stub.OnPartitionLeadershipChanges, request)
 
-    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
-        request = api.OnStopPartitionsRequest(partitions=[_tp(tp) for tp in partitions])
+    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition], broker_id: int | None = None) -> None:
+        request = api.OnStopPartitionsRequest(partitions=[_tp(tp) for tp in partitions], broker_id=broker_id)
         self._call(self._stub.OnStopPartitions, request)
 
     # ---- operations -------------------------------------------------------------------------------------
@@ -313,6 +324,12 @@ def _refuse_unknown_tags(record: SegmentMetadata | SegmentUpdate | PartitionDele
             f"the API's messages do not carry: write it without them (unknown_tags=()), or through "
             f"consumers.manager.RemoteLogMetadataManager, which writes them"
         )
+
+
+def _position(response) -> Position | None:
+    if not response.HasField("position"):
+        return None
+    return Position(response.position.metadata_partition, response.position.offset)
 
 
 def _tp(tp: TopicIdPartition):

@@ -216,6 +216,11 @@ class ServiceStoppedError(KafkaSideError, RuntimeError):
     """The service is stopping: the write or registration was not done."""
 
 
+class NotCaughtUpError(KafkaSideError, RuntimeError):
+    """A read that must see writes (``rlmm-read-after``) came before this server applied them: ask again
+    later, or another server."""
+
+
 class ProducerRecoveringError(KafkaSideError, RuntimeError):
     """The producer met a fatal error and is being replaced: the record was not sent (or its delivery is
     unknown); retry it."""

@@ -287,3 +287,36 @@ def test_a_restart_keeps_holds_and_start_offsets_only() -> None:
     fresh = ledger.restarted()
     assert fresh.limits == {0: 5} and fresh.initial_positions == {0: 5}
     assert (fresh.registered, fresh.positions, fresh.held, fresh.ends) == ({}, {}, set(), {})
+
+
+# ---- registrations per broker -----------------------------------------------------------------------------
+
+HOLDER_CASES = {
+    # (holder, "register" | "stop") steps -> whether A is still followed, and by whom
+    "the last holder's stop ends it": ([(1, "register"), (2, "register"), (1, "stop"), (2, "stop")], set()),
+    "another broker's registration keeps it": ([(1, "register"), (2, "register"), (1, "stop")], {2}),
+    "a stop by a broker that never held it ends nothing": ([(1, "register"), (3, "stop")], {1}),
+    "a registration without a broker id is a holder too": ([(-1, "register"), (1, "register"), (1, "stop")], {-1}),
+    "a broker registering twice stops once": ([(1, "register"), (1, "register"), (1, "stop")], set()),
+}
+
+
+@pytest.mark.parametrize("steps, holders", HOLDER_CASES.values(), ids=HOLDER_CASES.keys())
+def test_a_partition_is_followed_while_a_broker_holds_it(steps, holders) -> None:
+    ledger = ConsumerLedger(num_partitions=1, assign_all=False)
+    for holder, action in steps:
+        if action == "register":
+            ledger.register(A, {}, holder)
+        else:
+            ledger.unregister(A, holder)
+    assert (A in ledger.registered) == bool(holders)
+    assert ledger.holders.get(A, set()) == holders
+    assert {holder for holder in holders if A in ledger.held_by(holder)} == holders
+
+
+def test_a_partition_whose_holders_were_never_recorded_ends_at_the_first_stop() -> None:
+    """A view of an earlier release, or restored from a snapshot: registrations without holders."""
+    ledger = ConsumerLedger(num_partitions=1, assign_all=False)
+    ledger.restore(A, waits=True)
+    assert ledger.unregister(A, 7)
+    assert A not in ledger.registered

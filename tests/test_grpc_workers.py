@@ -21,6 +21,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from consumers.watcher import Position
 from rlmm.client import RlmmClient
 from rlmm.errors import CallError
 from rlmm.records.model import PartitionDeleteState, SegmentState, SegmentUpdate
@@ -130,6 +131,8 @@ def answer(call, *args) -> object:
         result = call(*args)
     except CallError as exc:
         return _error(exc)
+    if isinstance(result, Position):
+        return "written"  # where the record landed: another offset at each write
     return [_error(r) if isinstance(r, CallError) else r for r in result] if isinstance(result, list) else result
 
 

@@ -4,10 +4,11 @@ a benchmark, a view copied off a service)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from consumers.manager import RemoteLogMetadataManager
-from rlmm.errors import ConsumerStoppedError, NoKafkaError, ViewDamaged, ViewError
+from rlmm.errors import ConsumerStoppedError, NoKafkaError, NotCaughtUpError, ViewDamaged, ViewError
 from rlmm.state import keys as K
 from rlmm.state.queries import Queries
 from rlmm.state.rows import PartitionRow
@@ -51,6 +52,15 @@ class Status:
         )
 
 
+def not_applied(view: View, positions: Mapping[int, int]) -> str | None:
+    """The first of ``positions`` the view has not applied, described; None when it holds them all."""
+    applied = view.metadata_offsets()
+    for mp, offset in positions.items():
+        if applied.get(mp, -1) < offset:
+            return f"metadata partition {mp} offset {offset} (applied up to {applied.get(mp)})"
+    return None
+
+
 class Backend:
     def __init__(self, view: View, manager: RemoteLogMetadataManager | None = None) -> None:
         self.view = view
@@ -76,6 +86,16 @@ class Backend:
                 f"the metadata consumer stopped ({failure}): this server is NOT_SERVING "
                 f"and answers no more reads, which would be stale"
             )
+
+    def wait_applied(self, positions: Mapping[int, int], timeout: float) -> None:
+        """Return once the view holds every position (metadata partition -> offset) a read must see; else raise
+        ``NotCaughtUpError`` (after ``timeout`` s when a consumer may still get there)."""
+        if self._manager is not None:
+            self._manager.wait_positions(positions, timeout)
+            return
+        behind = not_applied(self.view, positions)
+        if behind:
+            raise NotCaughtUpError(f"this server serves a view without Kafka, which has not applied {behind}")
 
     @property
     def consumes(self) -> bool:

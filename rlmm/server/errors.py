@@ -21,6 +21,7 @@ from rlmm.errors import (
     ConsumerStoppedError,
     InvalidMetadataError,
     NoKafkaError,
+    NotCaughtUpError,
     NotInitializedError,
     PrimaryUnavailableError,
     ProducerRecoveringError,
@@ -78,6 +79,7 @@ _KNOWN: tuple[tuple[type[RlmmError], grpc.StatusCode, str, bool], ...] = (
     (ViewDamaged, grpc.StatusCode.DATA_LOSS, "VIEW_DAMAGED", False),
     (ViewStorageFailed, grpc.StatusCode.UNAVAILABLE, "VIEW_STORAGE_FAILED", True),
     (PrimaryUnavailableError, grpc.StatusCode.UNAVAILABLE, "PRIMARY_UNAVAILABLE", True),
+    (NotCaughtUpError, grpc.StatusCode.UNAVAILABLE, "NOT_CAUGHT_UP", True),
 )
 
 

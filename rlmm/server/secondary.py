@@ -10,18 +10,21 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from consumers.watcher import Position
 from rlmm.client import RlmmClient
-from rlmm.errors import CallError, ConsumerStoppedError, PrimaryUnavailableError, UnavailableError
+from rlmm.errors import CallError, ConsumerStoppedError, NotCaughtUpError, PrimaryUnavailableError, UnavailableError
 from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentUpdate, TopicIdPartition
 from rlmm.server.app import HEALTH_POLL_S, RlmmServer
-from rlmm.server.backend import Backend, MetadataPartitionStatus, Status
+from rlmm.server.backend import Backend, MetadataPartitionStatus, Status, not_applied
 from rlmm.server.metrics import Metrics
 from rlmm.server.sharing import CommitCounter, Freshness, RuntimeDir
 from rlmm.settings import Settings
@@ -29,9 +32,11 @@ from rlmm.state.queries import Queries
 from rlmm.state.view import View
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 HEALTH_TIMEOUT_S = 1.0
 CALL_TIMEOUT_S = 30.0
+READ_AFTER_POLL_S = 0.01  # how often a read that must see a position looks at the view again
 # reconnect to a restarted primary within a poll or so (grpcio's backoff grows to 2 minutes otherwise)
 RECONNECT = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500))
 
@@ -104,27 +109,32 @@ class PrimaryManager:
     def __init__(self, client: RlmmClient) -> None:
         self._client = client
 
-    def add_remote_log_segment_metadata(self, segment: SegmentMetadata) -> None:
-        self._forward(self._client.add_remote_log_segment_metadata, segment)
+    def add_remote_log_segment_metadata(self, segment: SegmentMetadata) -> Position | None:
+        return self._forward(self._client.add_remote_log_segment_metadata, segment)
 
-    def update_remote_log_segment_metadata(self, update: SegmentUpdate) -> None:
-        self._forward(self._client.update_remote_log_segment_metadata, update)
+    def update_remote_log_segment_metadata(self, update: SegmentUpdate) -> Position | None:
+        return self._forward(self._client.update_remote_log_segment_metadata, update)
 
-    def put_remote_partition_delete_metadata(self, delete: PartitionDelete) -> None:
-        self._forward(self._client.put_remote_partition_delete_metadata, delete)
+    def put_remote_partition_delete_metadata(self, delete: PartitionDelete) -> Position | None:
+        return self._forward(self._client.put_remote_partition_delete_metadata, delete)
 
     def on_partition_leadership_changes(
-        self, leaders: Iterable[TopicIdPartition], followers: Iterable[TopicIdPartition]
+        self,
+        leaders: Iterable[TopicIdPartition],
+        followers: Iterable[TopicIdPartition],
+        broker_id: int | None = None,
+        *,
+        full: bool = False,
     ) -> None:
-        self._forward(self._client.on_partition_leadership_changes, leaders, followers)
+        self._forward(self._client.on_partition_leadership_changes, leaders, followers, broker_id, full=full)
 
-    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
-        self._forward(self._client.on_stop_partitions, partitions)
+    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition], broker_id: int | None = None) -> None:
+        self._forward(self._client.on_stop_partitions, partitions, broker_id)
 
     @staticmethod
-    def _forward(call: Callable[..., None], *args: object) -> None:
+    def _forward(call: Callable[..., T], *args: object, **kwargs: object) -> T:
         try:
-            call(*args)
+            return call(*args, **kwargs)
         except UnavailableError as exc:
             if exc.reason is not None:
                 raise
@@ -157,6 +167,21 @@ class SecondaryBackend(Backend):
                 f"the metadata consumer stopped ({state.failure}): this server is NOT_SERVING "
                 f"and answers no more reads, which would be stale"
             )
+
+    def wait_applied(self, positions: Mapping[int, int], timeout: float) -> None:
+        """Catch up until the view holds every position the primary has committed, within ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.freshness.ensure()
+            behind = not_applied(self.view, positions)
+            if behind is None:
+                return
+            if time.monotonic() >= deadline:
+                raise NotCaughtUpError(
+                    f"this server has not applied {behind}, which the read must see (rlmm-read-after), "
+                    f"within {timeout:.3g} s"
+                )
+            time.sleep(READ_AFTER_POLL_S)
 
     @property
     def consumes(self) -> bool:

@@ -15,6 +15,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
+from consumers.watcher import Position
 from rlmm import convert
 from rlmm.convert import not_negative, partition_of, required
 from rlmm.errors import ArgumentError, KafkaStateError, RemoteResourceNotFound
@@ -42,6 +43,11 @@ WRITES = frozenset(
         "OnStopPartitions",
     }
 )
+# the reads, which wait for the positions of a ``rlmm-read-after`` header
+READS_AFTER = frozenset(method.name for method in SERVICE.methods) - WRITES - {"GetStatus"}
+READ_AFTER = "rlmm-read-after"
+READ_AFTER_MAX_WAIT_S = 10.0  # the longest a read waits for its positions (less when its deadline is nearer)
+DEADLINE_MARGIN_S = 0.05  # a wait ends this long before the call's deadline, to answer why
 # the methods whose answers the servicer serializes itself (kept serialized: ``SegmentAnswers``)
 SERIALIZED = frozenset({"RemoteLogSegmentMetadata"})
 _NOT_FOUND, _UNAVAILABLE = grpc.StatusCode.NOT_FOUND.value[0], grpc.StatusCode.UNAVAILABLE.value[0]
@@ -137,12 +143,29 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
         self.metrics.observe(name, failure.code.name, time.perf_counter() - started)
         context.abort_with_status(failure.status())
 
+    def _wait_read_after(self, context: grpc.ServicerContext) -> None:
+        """A read that carries ``rlmm-read-after`` waits, within its deadline, until this server applied those
+        positions."""
+        positions = read_after(context)
+        if positions:
+            remaining = context.time_remaining()
+            limit = (
+                READ_AFTER_MAX_WAIT_S
+                if remaining is None
+                else min(remaining - DEADLINE_MARGIN_S, READ_AFTER_MAX_WAIT_S)
+            )
+            self.backend.wait_applied(positions, max(0.0, limit))
+
     def _unary(self, name: str, behavior: Callable) -> Callable:
+        waits = name in READS_AFTER
+
         def handle(request, context):
             started = time.perf_counter()
             try:
                 if isinstance(request, Undecodable):
                     raise ArgumentError("request", request.problem)
+                if waits:
+                    self._wait_read_after(context)
                 response = behavior(request, context)
             except Exception as exc:
                 self._abort(name, exc, context, started)
@@ -157,6 +180,7 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
             try:
                 if isinstance(request, Undecodable):
                     raise ArgumentError("request", request.problem)
+                self._wait_read_after(context)
                 yield from behavior(request, context)
             except GeneratorExit:  # the client went away
                 self.metrics.observe(name, "CANCELLED", time.perf_counter() - started)
@@ -300,23 +324,23 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
         self.auth.check(context)
         field = "remote_log_segment_metadata"
         segment = _encodable(convert.segment_metadata(required(request, field, ""), field), field)
-        self.backend.manager().add_remote_log_segment_metadata(segment)
+        position = self.backend.manager().add_remote_log_segment_metadata(segment)
         log.info("added segment", extra={"method": "AddRemoteLogSegmentMetadata", "segment": _describe(segment)})
-        return api.AddRemoteLogSegmentMetadataResponse()
+        return api.AddRemoteLogSegmentMetadataResponse(position=_position(position))
 
     def UpdateRemoteLogSegmentMetadata(self, request, context):
         self.auth.check(context)
         field = "remote_log_segment_metadata_update"
         update = _encodable(convert.segment_update(required(request, field, ""), field), field)
-        self.backend.manager().update_remote_log_segment_metadata(update)
+        position = self.backend.manager().update_remote_log_segment_metadata(update)
         log.info("updated segment", extra={"method": "UpdateRemoteLogSegmentMetadata", "segment": _describe(update)})
-        return api.UpdateRemoteLogSegmentMetadataResponse()
+        return api.UpdateRemoteLogSegmentMetadataResponse(position=_position(position))
 
     def PutRemotePartitionDeleteMetadata(self, request, context):
         self.auth.check(context)
         field = "remote_partition_delete_metadata"
         delete = _encodable(convert.partition_delete(required(request, field, ""), field), field)
-        self.backend.manager().put_remote_partition_delete_metadata(delete)
+        position = self.backend.manager().put_remote_partition_delete_metadata(delete)
         log.info(
             "partition delete state",
             extra={
@@ -325,24 +349,35 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
                 "state": delete.state.name,
             },
         )
-        return api.PutRemotePartitionDeleteMetadataResponse()
+        return api.PutRemotePartitionDeleteMetadataResponse(position=_position(position))
 
     def OnPartitionLeadershipChanges(self, request, context):
         self.auth.check(context)
         leaders = convert.partitions(request.leader_partitions, "leader_partitions")
         followers = convert.partitions(request.follower_partitions, "follower_partitions")
-        self.backend.manager().on_partition_leadership_changes(leaders, followers)
+        broker_id = _broker_id(request)
+        self.backend.manager().on_partition_leadership_changes(leaders, followers, broker_id, full=request.full)
         log.info(
             "partitions registered",
-            extra={"method": "OnPartitionLeadershipChanges", "leaders": len(leaders), "followers": len(followers)},
+            extra={
+                "method": "OnPartitionLeadershipChanges",
+                "leaders": len(leaders),
+                "followers": len(followers),
+                "broker_id": broker_id,
+                "full": request.full,
+            },
         )
         return api.OnPartitionLeadershipChangesResponse()
 
     def OnStopPartitions(self, request, context):
         self.auth.check(context)
         stopped = convert.partitions(request.partitions, "partitions")
-        self.backend.manager().on_stop_partitions(stopped)
-        log.info("partitions stopped", extra={"method": "OnStopPartitions", "partitions": len(stopped)})
+        broker_id = _broker_id(request)
+        self.backend.manager().on_stop_partitions(stopped, broker_id)
+        log.info(
+            "partitions stopped",
+            extra={"method": "OnStopPartitions", "partitions": len(stopped), "broker_id": broker_id},
+        )
         return api.OnStopPartitionsResponse()
 
     # ---- operations -----------------------------------------------------------------------------------
@@ -410,6 +445,30 @@ def _encodable(record, field: str):
     except ValueError as exc:
         raise ArgumentError(field, str(exc)) from None
     return record
+
+
+def _position(position: Position | None) -> api.WritePosition | None:
+    return None if position is None else api.WritePosition(metadata_partition=position[0], offset=position[1])
+
+
+def _broker_id(request) -> int | None:
+    return not_negative(request.broker_id, "broker_id") if request.HasField("broker_id") else None
+
+
+def read_after(context: grpc.ServicerContext) -> dict[int, int] | None:
+    """The positions of the request's ``rlmm-read-after`` header (metadata partition -> highest offset), if any."""
+    value = next((v for k, v in context.invocation_metadata() if k == READ_AFTER), None)
+    if value is None:
+        return None
+    positions: dict[int, int] = {}
+    for item in value.split(","):
+        mp, _, offset = item.strip().partition(":")
+        if not (mp.isdigit() and offset.isdigit()):
+            raise ArgumentError(
+                READ_AFTER, f"{item.strip()!r} is not METADATA_PARTITION:OFFSET (the header is a comma-separated list)"
+            )
+        positions[int(mp)] = max(int(offset), positions.get(int(mp), 0))
+    return positions
 
 
 def _describe(record) -> str:

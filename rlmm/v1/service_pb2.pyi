@@ -191,9 +191,19 @@ class AddRemoteLogSegmentMetadataRequest(_message.Message):
     remote_log_segment_metadata: _metadata_pb2.RemoteLogSegmentMetadata
     def __init__(self, remote_log_segment_metadata: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadata, _Mapping]] = ...) -> None: ...
 
+class WritePosition(_message.Message):
+    __slots__ = ("metadata_partition", "offset")
+    METADATA_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    metadata_partition: int
+    offset: int
+    def __init__(self, metadata_partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
 class AddRemoteLogSegmentMetadataResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("position",)
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    position: WritePosition
+    def __init__(self, position: _Optional[_Union[WritePosition, _Mapping]] = ...) -> None: ...
 
 class UpdateRemoteLogSegmentMetadataRequest(_message.Message):
     __slots__ = ("remote_log_segment_metadata_update",)
@@ -202,8 +212,10 @@ class UpdateRemoteLogSegmentMetadataRequest(_message.Message):
     def __init__(self, remote_log_segment_metadata_update: _Optional[_Union[_metadata_pb2.RemoteLogSegmentMetadataUpdate, _Mapping]] = ...) -> None: ...
 
 class UpdateRemoteLogSegmentMetadataResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("position",)
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    position: WritePosition
+    def __init__(self, position: _Optional[_Union[WritePosition, _Mapping]] = ...) -> None: ...
 
 class PutRemotePartitionDeleteMetadataRequest(_message.Message):
     __slots__ = ("remote_partition_delete_metadata",)
@@ -212,26 +224,34 @@ class PutRemotePartitionDeleteMetadataRequest(_message.Message):
     def __init__(self, remote_partition_delete_metadata: _Optional[_Union[_metadata_pb2.RemotePartitionDeleteMetadata, _Mapping]] = ...) -> None: ...
 
 class PutRemotePartitionDeleteMetadataResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("position",)
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    position: WritePosition
+    def __init__(self, position: _Optional[_Union[WritePosition, _Mapping]] = ...) -> None: ...
 
 class OnPartitionLeadershipChangesRequest(_message.Message):
-    __slots__ = ("leader_partitions", "follower_partitions")
+    __slots__ = ("leader_partitions", "follower_partitions", "broker_id", "full")
     LEADER_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     FOLLOWER_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
     leader_partitions: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.TopicIdPartition]
     follower_partitions: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.TopicIdPartition]
-    def __init__(self, leader_partitions: _Optional[_Iterable[_Union[_metadata_pb2.TopicIdPartition, _Mapping]]] = ..., follower_partitions: _Optional[_Iterable[_Union[_metadata_pb2.TopicIdPartition, _Mapping]]] = ...) -> None: ...
+    broker_id: int
+    full: bool
+    def __init__(self, leader_partitions: _Optional[_Iterable[_Union[_metadata_pb2.TopicIdPartition, _Mapping]]] = ..., follower_partitions: _Optional[_Iterable[_Union[_metadata_pb2.TopicIdPartition, _Mapping]]] = ..., broker_id: _Optional[int] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class OnPartitionLeadershipChangesResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class OnStopPartitionsRequest(_message.Message):
-    __slots__ = ("partitions",)
+    __slots__ = ("partitions", "broker_id")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[_metadata_pb2.TopicIdPartition]
-    def __init__(self, partitions: _Optional[_Iterable[_Union[_metadata_pb2.TopicIdPartition, _Mapping]]] = ...) -> None: ...
+    broker_id: int
+    def __init__(self, partitions: _Optional[_Iterable[_Union[_metadata_pb2.TopicIdPartition, _Mapping]]] = ..., broker_id: _Optional[int] = ...) -> None: ...
 
 class OnStopPartitionsResponse(_message.Message):
     __slots__ = ()

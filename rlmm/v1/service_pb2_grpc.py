@@ -234,14 +234,15 @@ class RemoteLogMetadataServiceServicer:
     def OnPartitionLeadershipChanges(self, request, context):
         """onPartitionLeadershipChanges: start following these user partitions. Each becomes ready once its
         metadata partition is applied up to the end offset seen now (watch IsReady). Registrations are
-        kept in the view.
+        kept in the view, per broker: several brokers can share a server.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def OnStopPartitions(self, request, context):
-        """onStopPartitions: stop following these user partitions and drop their metadata here.
+        """onStopPartitions: end this broker's registrations of these user partitions; a partition no other
+        broker holds is no longer followed and its metadata here is dropped.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
