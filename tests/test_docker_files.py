@@ -86,14 +86,21 @@ def test_compose_services_profiles_ports_healthchecks() -> None:
     assert services["rlmm"]["healthcheck"]["test"][1:3] == ["rlmm", "health"]
 
 
-def test_compose_kafka_is_kraft_with_tiered_storage() -> None:
+def test_compose_kafka_is_kraft_with_tiered_storage_through_the_rlmm_plugin() -> None:
     kafka = _compose()["services"]["kafka"]
-    assert kafka["image"].startswith("apache/kafka:")
+    assert kafka["build"]["dockerfile"] == "docker/kafka.Dockerfile"
+    assert kafka["build"]["args"]["KAFKA_IMAGE"].startswith("apache/kafka:")
     env = kafka["environment"]
     assert "controller" in env["KAFKA_PROCESS_ROLES"] and env["KAFKA_CONTROLLER_QUORUM_VOTERS"]
     assert env["KAFKA_REMOTE_LOG_STORAGE_SYSTEM_ENABLE"] == "${TIERED_STORAGE:-false}"  # on with a plugin
-    assert env["KAFKA_REMOTE_LOG_METADATA_MANAGER_CLASS_NAME"].endswith("TopicBasedRemoteLogMetadataManager")
-    assert env["KAFKA_RLMM_CONFIG_REMOTE_LOG_METADATA_TOPIC_NUM_PARTITIONS"] == 50
+    assert env["KAFKA_REMOTE_LOG_METADATA_MANAGER_CLASS_NAME"] == "io.rlmm.kafka.RlmmRemoteLogMetadataManager"
+    plugin_dir = env["KAFKA_REMOTE_LOG_METADATA_MANAGER_CLASS_PATH"].removesuffix("/*")
+    dockerfile = (DOCKER / "kafka.Dockerfile").read_text()
+    assert f"COPY --from=plugin {plugin_dir} {plugin_dir}" in dockerfile
+    assert "scripts/build_kafka_plugin.py" in dockerfile and "KAFKA_LIBS=/opt/kafka/libs" in dockerfile
+    prefix = env["KAFKA_REMOTE_LOG_METADATA_MANAGER_IMPL_PREFIX"]
+    assert prefix == "rlmm." and env["KAFKA_RLMM_TARGETS"] == "rlmm:50051"  # the plugin's targets key
+    assert "50051:50051" in _compose()["services"]["rlmm"]["ports"][0]
     assert env["KAFKA_REMOTE_LOG_STORAGE_MANAGER_CLASS_NAME"]
 
 
@@ -101,9 +108,8 @@ def test_compose_commands_are_rlmm_commands() -> None:
     services = _compose()["services"]
     serve = services["rlmm"]["command"]
     _check_args(serve)
-    # rlmm reads the topic with the partition count Kafka's RLMM creates it with
-    kafka_partitions = services["kafka"]["environment"]["KAFKA_RLMM_CONFIG_REMOTE_LOG_METADATA_TOPIC_NUM_PARTITIONS"]
-    assert f"remote.log.metadata.topic.num.partitions={kafka_partitions}" in serve
+    # rlmm creates the topic with Kafka's default partition count (the brokers' plugin writes through it)
+    assert "remote.log.metadata.topic.num.partitions=50" in serve
     assert "kafka:19092" in serve
     snapshot = services["snapshot"]["command"]
     assert snapshot[:2] == ["snapshot", "build"]
@@ -136,7 +142,7 @@ def test_compose_keeps_kafka_and_the_view_and_stops_gracefully() -> None:
     services = compose["services"]
     kafka, rlmm = services["kafka"], services["rlmm"]
     compat = json.loads((DOCKER.parent / "tests/compat/replay-public/p01-basic-lifecycle/scenario.json").read_text())
-    assert kafka["image"] == f"apache/kafka:{compat['kafka_version']}"
+    assert kafka["build"]["args"]["KAFKA_IMAGE"] == f"apache/kafka:{compat['kafka_version']}"
     assert "kafka-data:" + kafka["environment"]["KAFKA_LOG_DIRS"] in kafka["volumes"]
     assert any(v.startswith("rlmm-view:") for v in rlmm["volumes"])
     for name in ("kafka", "rlmm"):
@@ -150,13 +156,25 @@ def test_compose_keeps_kafka_and_the_view_and_stops_gracefully() -> None:
 
 
 def test_dockerignore_keeps_the_context_small() -> None:
-    ignored = {
+    rules = [
         line.strip()
         for line in (DOCKER.parent / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
-    }
-    assert {".venv", ".git", "build", "**/*.so"} <= ignored
-    copied = re.findall(r"^COPY (.+) \S+$", (DOCKER / "Dockerfile").read_text(), re.M)
-    for sources in copied:
-        for source in sources.split():
-            assert source not in ignored and (DOCKER.parent / source).exists(), source
+    ]
+    assert {".venv", ".git", "build", "**/*.so", "tests", "plugins/kafka/src/test"} <= set(rules)
+    for dockerfile in ("Dockerfile", "kafka.Dockerfile"):
+        copied = re.findall(r"^COPY (?!--from)(.+) \S+$", (DOCKER / dockerfile).read_text(), re.M)
+        for sources in copied:
+            for source in sources.split():
+                assert (DOCKER.parent / source).exists() and not _ignored(source, rules), source
+
+
+def _ignored(path: str, rules: list[str]) -> bool:
+    """Whether .dockerignore's rules leave ``path`` out of the context (the last rule that matches wins; ``!``
+    takes a path back in)."""
+    ignored = False
+    for rule in rules:
+        pattern = rule.removeprefix("!")
+        if path == pattern or path.startswith(f"{pattern}/"):
+            ignored = not rule.startswith("!")
+    return ignored

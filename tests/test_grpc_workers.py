@@ -17,14 +17,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import grpc
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumers.watcher import Position
 from rlmm.client import RlmmClient
+from rlmm.convert import topic_id_partition_pb
 from rlmm.errors import CallError
 from rlmm.records.model import PartitionDeleteState, SegmentState, SegmentUpdate
+from rlmm.v1 import service_pb2 as api
 from tests.grpc_support import TS, finished, new_tp, partition_delete, segment
 
 RLMM = [sys.executable, "-m", "rlmm.cli"]
@@ -268,6 +271,31 @@ def test_a_write_through_one_worker_is_read_at_once_from_the_other(workers) -> N
             assert answer(pinned[reader].remote_log_size, tp)[0] == "NotFoundError"
             assert answer(pinned[reader].remote_log_segment_metadata, tp, 0, 5)[0] == "NotFoundError"
     assert served.metrics()[("rlmm_view_catch_ups_total", (("worker", "1"),))] > 0
+
+
+def test_a_read_worker_answers_a_read_after_a_position_once_its_view_holds_it(workers) -> None:
+    served, _ = workers
+    with served.pinned_clients() as pinned:
+        tp = new_tp("read-after")
+        pinned["0"].on_partition_leadership_changes([tp], [], broker_id=1)
+        assert pinned["1"].wait_ready([tp], timeout=WAIT_S)
+        seg = segment(tp, 0, 9)
+        pinned["0"].add_remote_log_segment_metadata(seg)
+        position = pinned["0"].update_remote_log_segment_metadata(finished(seg))
+        request = api.RemoteLogSegmentMetadataRequest(
+            topic_id_partition=topic_id_partition_pb(tp), leader_epoch=0, offset=5
+        )
+        reader = pinned["1"]._stub  # the raw call, to set the header
+        header = (("rlmm-read-after", f"{position.metadata_partition}:{position.offset}"),)
+        assert reader.RemoteLogSegmentMetadata(request, metadata=header, timeout=WAIT_S).HasField(
+            "remote_log_segment_metadata"
+        )
+        ahead = (("rlmm-read-after", f"{position.metadata_partition}:{position.offset + 1000}"),)
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as caught:
+            reader.RemoteLogSegmentMetadata(request, metadata=ahead, timeout=1.0)
+        assert time.monotonic() - started < 2.0
+        assert caught.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 def test_each_worker_checks_write_authorization(kafka, tmp_path) -> None:
