@@ -39,6 +39,8 @@ from rlmm.records.serde import encode_value
 from rlmm.state.queries import Queries
 from rlmm.state.view import View
 
+REGISTRATION_WAIT_S = 5.0  # how long a registration waits for the consumer to carry it out
+
 
 class RemoteLogMetadataManager:
     """``with RemoteLogMetadataManager(view, config, partitions) as rlmm:`` runs the consumer; reads go to
@@ -85,11 +87,13 @@ class RemoteLogMetadataManager:
         *,
         full: bool = False,
     ) -> None:
-        """``full``: these are every partition the broker follows; its registrations of others end."""
-        self.consumer.register([*leaders, *followers], _holder(broker_id), full=full)
+        """``full``: these are every partition the broker follows; its registrations of others end. Returns once
+        the consumer registered them (reads then answer that they load, as Kafka's), or after
+        ``REGISTRATION_WAIT_S`` while it cannot yet (the broker not reached): they stay queued."""
+        self.consumer.register([*leaders, *followers], _holder(broker_id), full=full).wait(REGISTRATION_WAIT_S)
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition], broker_id: int | None = None) -> None:
-        self.consumer.unregister(partitions, _holder(broker_id))
+        self.consumer.unregister(partitions, _holder(broker_id)).wait(REGISTRATION_WAIT_S)
 
     # ---- writes -------------------------------------------------------------------------------------
 
