@@ -25,7 +25,7 @@ from rlmm.errors import ConsumerStoppedError, SnapshotError, TopicChangedError, 
 from rlmm.records import SegmentState, TopicIdPartition, encode_value, metadata_partition
 from rlmm.server.backend import Backend
 from rlmm.state import keys as K
-from rlmm.state.view import View, reset_view
+from rlmm.state.view import CONSUMER_STATE_PREFIX, View, reset_view
 from snapshots.format import write_snapshot
 from snapshots.preflight import check_build_inputs
 from snapshots.restore import export, restore
@@ -49,7 +49,9 @@ def finished_records(tp: TopicIdPartition, segments: int, base: int = 0) -> list
 
 
 def contents(view: View) -> dict[str, list]:
-    return {cf: list(view.items(cf)) for cf in K.COLUMN_FAMILIES}
+    """What the view holds, but the holders of its registrations (written when a partition is registered)."""
+    holders = CONSUMER_STATE_PREFIX + view_state.HOLDERS
+    return {cf: [(k, v) for k, v in view.items(cf) if not k.startswith(holders)] for cf in K.COLUMN_FAMILIES}
 
 
 def view_applied_up_to(path, last_offset: int, segments: int) -> None:

@@ -98,7 +98,7 @@ def test_a_stopping_server_finishes_calls_in_flight_and_takes_no_new_ones(kafka,
         manager.consumer.hold(None)
         writer.join(10)
         stopping.join(10)
-        assert outcome == [None]  # the write in flight finished, applied
+        assert [type(answer).__name__ for answer in outcome] == ["Position"]  # the write in flight finished, applied
         assert len(list(view.queries.list_remote_log_segments(tp))) == 1
         rlmm.close()
 

@@ -1,5 +1,6 @@
 package io.rlmm.kafka.bench;
 
+import io.rlmm.kafka.harness.Json;
 import java.io.BufferedInputStream;
 import java.io.DataInputStream;
 import java.io.FileDescriptor;
@@ -111,7 +112,7 @@ public final class PluginBench {
         }
         Map<String, Object> result = new PluginBench(args, out).run();
         result.put("event", "result");
-        out.println(JsonOut.write(result));
+        out.println(Json.write(result));
         out.flush();
         System.exit(0);
     }
@@ -671,7 +672,7 @@ public final class PluginBench {
         line.put("event", event);
         line.put("case", name);
         line.put("threads", threads);
-        out.println(JsonOut.write(line));
+        out.println(Json.write(line));
         out.flush();
     }
 

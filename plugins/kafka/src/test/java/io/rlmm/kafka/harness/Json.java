@@ -11,7 +11,7 @@ import java.util.Map;
  * JDK alone. Objects parse to {@link LinkedHashMap}, arrays to {@link ArrayList}, integers to {@link Long} (or
  * {@link BigInteger} beyond), other numbers to {@link Double}.
  */
-final class Json {
+public final class Json {
     private final String text;
     private int at;
 
@@ -179,7 +179,7 @@ final class Json {
 
     // ---- writing ---------------------------------------------------------------------------------------
 
-    static String write(Object value) {
+    public static String write(Object value) {
         StringBuilder out = new StringBuilder();
         write(out, value);
         return out.toString();
