@@ -351,7 +351,7 @@ def test_replica_not_available_while_the_server_loads(harness: Harness, kafka, t
         # iterated for longer than a stream lives (its attempt's deadline: call.timeout.ms), as a retention pass
         # that deletes segment after segment: it goes on in new streams, each segment once, in order
         harness.open("slow", server.address, call_timeout_ms=1_000)
-        slow = harness.call("list_slowly", timeout=300, id="slow", tp=tp, pause_every=3_000, pause_ms=400)
+        slow = harness.call("list_slowly", timeout=300, id="slow", tp=tp, pause_every=10_000, pause_ms=700)
         assert slow.get("value") == {"count": len(backlog), "distinct": len(backlog), "ordered": True}, slow
         assert slow["ms"] > 2_000  # past the deadline of the first stream at least once
         harness.call("close", id="slow")
