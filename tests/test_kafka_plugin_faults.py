@@ -70,7 +70,9 @@ def test_calls_recover_when_rlmm_restarts(harness: Harness, kafka, tmp_path) -> 
     during = _overlapping(reads, down_ms + 100, up_ms - 100)
     assert during, f"no read was under way while rlmm was down ({down_ms}..{up_ms}): the test proved nothing"
     assert all(ok for _, _, ok in during)
-    assert _overlapping(writes, down_ms + 100, up_ms - 100), "no write was under way while rlmm was down"
+    # the writer checks each acknowledged write before the next one, so it may be between writes while rlmm is
+    # down (a read always overlaps): writes on both sides of the restart
+    assert [w for w in writes if w[0] + w[1] < down_ms] and [w for w in writes if w[0] > up_ms and w[2]], writes
     assert [r for r in reads if r[0] > up_ms + 500], "no read after the restart"
 
 
