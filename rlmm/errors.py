@@ -177,6 +177,12 @@ class TopicChangedError(KafkaSideError, RuntimeError):
             f"(rlmm serve --reset, rlmm consume --reset)"
         )
         self.kind = kind
+        self.seen = seen
+
+
+class KafkaClientCrashed(KafkaSideError, RuntimeError):
+    """The consumer's Kafka client (librdkafka, in its own process) crashed: nothing after the last batch it
+    handed over was applied. The consumer stops; the service goes on answering, NOT_SERVING."""
 
 
 class NotInitializedError(KafkaSideError, RuntimeError):

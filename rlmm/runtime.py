@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import signal
+import sys
 from typing import Final
 
 GC_THRESHOLDS: Final = (50_000, 20, 20)
+_PR_SET_PDEATHSIG = 1
+_SIGKILL = int(signal.SIGKILL)
+_prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
 
 
 def tune_gc() -> None:
@@ -18,3 +24,11 @@ def tune_gc() -> None:
     only rare cyclic garbage waits a little longer.
     """
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+def die_with_parent() -> None:
+    """In a child before exec (``preexec_fn``): Linux kills it when the thread that started it dies, so that a
+    process that is killed leaves no child behind (a broker, a Kafka client). Only a call into libc, resolved
+    beforehand: the child of a threaded process must not take locks."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, _SIGKILL)
