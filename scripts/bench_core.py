@@ -1,7 +1,7 @@
 """Benchmark of the core: decode, durable apply into RocksDB, query latency, txn-chain seeks, timestamp lookups
 against Kafka's scan, memory, disk.
 
-    python scripts/bench_core.py [--events 1000000] [--stream cluster|uploads] [--json]
+    python scripts/bench_core.py [--events 1000000] [--stream cluster|uploads] [--json] [--smoke]
 
 The stream is generated first into a file; a separate process streams it and measures, so its peak RSS
 is the view's, not the generator's. The apply rate times the view's batches (decode, apply, commit), not
@@ -16,6 +16,32 @@ the reading of the events file. Two streams:
 
 Memory should not grow with the view's history: the report gives RSS growth over the apply's second half (per
 million events) and what RocksDB holds after the apply; a longer stream (``--events 4000000``) shows it better.
+
+``--smoke``: 20,000 events, txn chains of up to 100 segments, by-timestamp epochs of up to 1,000 segments: a few
+seconds, to show that the benchmark runs.
+
+``--json`` prints one object with these keys:
+
+* ``stream``: ``cluster`` or ``uploads``;
+* ``smoke``: whether ``--smoke`` chose the sizes;
+* ``core``: the core's build (compiled or interpreted);
+* ``events``: events applied;
+* ``segments_in_view``: segments in the view after the apply;
+* ``decode_records_per_s``: decoding alone, over the first 200,000 records;
+* ``apply_events_per_s``: decode + durable apply, the view's batches timed;
+* ``apply_us_per_event``: µs per event by stage of the view's batches;
+* ``apply_without_state_machine_events_per_s``: what decoding and the durable write alone would allow;
+* ``query_p50_us``, ``query_p99_us``: by query, at sampled existing offsets;
+* ``txn_next_p50_us``: ``nextSegmentWithTxnIndex`` by txn-empty segments skipped;
+* ``by_timestamp_p50_us``: the descent of ``FirstSegmentWithMaxTimestampAtLeast`` and Kafka's scan, by segments
+  in the epoch;
+* ``peak_rss_mb``, ``rss_before_view_mb``, ``view_peak_mb``: the measuring process's peak RSS, its RSS before the
+  view opened, the difference;
+* ``rss_mb_by_events``: RSS along the apply (by events applied) and at the steps around it;
+* ``rss_growth_mb_per_million_events``: over the apply's second half;
+* ``rocksdb_mb_after_apply``: RocksDB's block cache, memtables and table readers;
+* ``disk_mb``: the view's files;
+* ``of_kafka``: the ``uploads`` stream's measures as ratios of Kafka's (``KAFKA_UPLOADS``); null for ``cluster``.
 """
 
 from __future__ import annotations
@@ -49,10 +75,24 @@ from rlmm.workload import Workload, WorkloadConfig
 
 FRAME = struct.Struct(">iqi")  # metadata partition, offset, value length (-1: null)
 BATCH = 5_000
-SAMPLES = 2_000
 DECODE_SAMPLE = 200_000
-TXN_DISTANCES = (1, 100, 10_000)
-TIMESTAMP_SIZES = (10, 10_000, 100_000)
+# samples: lookups timed per query; txn_distances: txn-empty segments skipped by nextSegmentWithTxnIndex;
+# timestamp_sizes: segments of the epochs searched by timestamp; scan_segments: segments Kafka's scan walks in all,
+# at each size
+FULL = {
+    "events": 1_000_000,
+    "samples": 2_000,
+    "txn_distances": (1, 100, 10_000),
+    "timestamp_sizes": (10, 10_000, 100_000),
+    "scan_segments": 50_000,
+}
+SMOKE = {
+    "events": 20_000,
+    "samples": 200,
+    "txn_distances": (1, 10, 100),
+    "timestamp_sizes": (10, 100, 1_000),
+    "scan_segments": 2_000,
+}
 KAFKA_YARDSTICK = {
     "decode_records_per_s": "~5M records/s warm",
     "apply_events_per_s": "1M events in 1.1-3.1 s (in memory, not durable)",
@@ -224,11 +264,11 @@ def kafka_timestamp_scan(view: View, tp: TopicIdPartition, timestamp: int) -> Se
     return None
 
 
-def timestamp_lookups(view: View) -> dict[str, dict[str, float]]:
+def timestamp_lookups(view: View, sizes: tuple[int, ...], scan_segments: int) -> dict[str, dict[str, float]]:
     """p50 µs of FirstSegmentWithMaxTimestampAtLeast and of Kafka's scan, for a target near the end of epochs of
     each size (the scan walks 99% of the listing; the descent stays 8 levels deep)."""
     p50: dict[str, dict[str, float]] = {"descent": {}, "scan": {}}
-    for index, size in enumerate(TIMESTAMP_SIZES):
+    for index, size in enumerate(sizes):
         tp = TopicIdPartition(bytes([0xD0 + index]) * 16, f"timestamps-{size}", 0)
         with view.batch() as batch:
             batch.assign(tp)
@@ -241,12 +281,12 @@ def timestamp_lookups(view: View) -> dict[str, dict[str, float]]:
             [lambda t=tp: view.queries.first_segment_with_max_timestamp_at_least(t, 0, target, 0)] * 500
         )[0]
         p50["scan"][str(size)] = time_calls(
-            [lambda t=tp: kafka_timestamp_scan(view, t, target)] * max(3, 50_000 // size)
+            [lambda t=tp: kafka_timestamp_scan(view, t, target)] * max(3, scan_segments // size)
         )[0]
     return p50
 
 
-def measure(events_path: Path, view_dir: Path) -> dict:
+def measure(events_path: Path, view_dir: Path, sizes: dict) -> dict:
     tune_gc()  # as every rlmm command does
     decoded, decode_seconds = 0, 0.0
     stream = read_events(events_path)
@@ -286,20 +326,21 @@ def measure(events_path: Path, view_dir: Path) -> dict:
                     batch.apply(*event)
             apply_seconds += time.perf_counter() - t0
             applied += len(chunk)
-            if applied % (BATCH * 20) == 0 or len(chunk) < BATCH:
+            if applied % (BATCH * 20) == 0:
                 rss_curve[str(applied)] = round(process_rss_mb(), 1)
+        rss_curve.setdefault(str(applied), round(process_rss_mb(), 1))
         rocksdb_mb = {kind: round(size / 2**20, 1) for kind, size in view.memory().items()}
         stage_us = {stage: round(seconds / applied * 1e6, 2) for stage, seconds in view.apply_seconds().items()}
 
         q = view.queries
-        rng = random.Random(3)
+        rng, samples = random.Random(3), sizes["samples"]
         targets = []
         for tp in rng.sample(partitions, min(50, len(partitions))):
-            segs = sample(q.list_remote_log_segments(tp), SAMPLES // 50, rng) if q.is_ready(tp) else []
+            segs = sample(q.list_remote_log_segments(tp), samples // 50, rng) if q.is_ready(tp) else []
             for s in segs:
                 epoch, start = rng.choice(s.segment_leader_epochs)
                 targets.append((tp, epoch, rng.randint(start, s.end_offset)))
-        targets = (targets * (SAMPLES // max(1, len(targets)) + 1))[:SAMPLES]
+        targets = (targets * (samples // max(1, len(targets)) + 1))[:samples]
         rng.shuffle(targets)
         query_calls = {
             "remoteLogSegmentMetadata": lambda t: q.remote_log_segment_metadata(*t),
@@ -317,19 +358,19 @@ def measure(events_path: Path, view_dir: Path) -> dict:
 
         rss_curve["after queries"] = round(process_rss_mb(), 1)
         txn_chain = TopicIdPartition(b"\xee" * 16, "txn-chain", 0)
-        last = max(TXN_DISTANCES)
+        last = max(sizes["txn_distances"])
         with view.batch() as batch:
             batch.assign(txn_chain)
             batch.mark_ready(txn_chain)
         chain(view, txn_chain, last)
         txn = {}
-        for distance in TXN_DISTANCES:
+        for distance in sizes["txn_distances"]:
             offset = (last - distance) * 100
             assert q.next_segment_with_txn_index(txn_chain, 0, offset).start_offset == last * 100
             txn[str(distance)] = time_calls([lambda o=offset: q.next_segment_with_txn_index(txn_chain, 0, o)] * 500)[0]
         rss_curve["after txn chain"] = round(process_rss_mb(), 1)
         peak_rss_mb = peak_rss_of_this_process_mb()  # before the scans' lists of 100k segments
-        by_timestamp = timestamp_lookups(view)
+        by_timestamp = timestamp_lookups(view, sizes["timestamp_sizes"], sizes["scan_segments"])
         segments_live = sum(1 for _ in view.items("segments"))
     disk = sum(f.stat().st_size for f in view_dir.rglob("*") if f.is_file())
     return {
@@ -422,7 +463,13 @@ def report(result: dict) -> None:
     txn = result["txn_next_p50_us"]
     for distance, p50 in txn.items():
         table.add_row(f"nextSegmentWithTxnIndex, {distance} skipped, p50 µs", str(p50), "", "")
-    table.add_row("txn ratio distance 10,000 / 1", f"{txn['10000'] / txn['1']:.2f}", "≤ 3", KAFKA_YARDSTICK["txn_next"])
+    farthest, nearest = max(txn, key=int), min(txn, key=int)
+    table.add_row(
+        f"txn ratio distance {int(farthest):,} / {nearest}",
+        f"{txn[farthest] / txn[nearest]:.2f}",
+        "≤ 3",
+        KAFKA_YARDSTICK["txn_next"],
+    )
     by_timestamp = result["by_timestamp_p50_us"]
     for size, p50 in by_timestamp["descent"].items():
         table.add_row(
@@ -431,7 +478,7 @@ def report(result: dict) -> None:
             "flat / linear",
             "",
         )
-    largest, smallest = str(max(TIMESTAMP_SIZES)), str(min(TIMESTAMP_SIZES))
+    largest, smallest = max(by_timestamp["descent"], key=int), min(by_timestamp["descent"], key=int)
     table.add_row(
         f"by-timestamp ratio {int(largest):,} / {int(smallest):,} segments (descent, scan)",
         f"{by_timestamp['descent'][largest] / by_timestamp['descent'][smallest]:.2f}, "
@@ -464,14 +511,14 @@ def report(result: dict) -> None:
         "",
     )
     table.add_row("disk MB", str(result["disk_mb"]), "", "")
-    for name, ratio in result.get("of_kafka", {}).items():
+    for name, ratio in (result["of_kafka"] or {}).items():
         table.add_row(f"rlmm / Kafka, {name}", " – ".join(map(str, ratio)), "", "uploads stream, 4.3.1")
     console.print(table)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--events", type=int, help=f"[{FULL['events']:,}; smoke {SMOKE['events']:,}]")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--stream",
@@ -479,30 +526,39 @@ def main() -> None:
         default="cluster",
         help="cluster: rlmm.workload's traffic; uploads: the stream Kafka's own code was measured on (ratios)",
     )
+    parser.add_argument("--smoke", action="store_true", help="a tiny run, a few seconds: does the benchmark run")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--measure", nargs=2, type=Path, help=argparse.SUPPRESS)  # events file, view dir
     args = parser.parse_args()
+    sizes = SMOKE if args.smoke else FULL
     if args.measure:
-        print(json.dumps(measure(*args.measure)))
+        print(json.dumps(measure(*args.measure, sizes)))
         return
+    events = args.events or sizes["events"]
     with tempfile.TemporaryDirectory(prefix="rlmm-bench-") as tmp:
         events_path = Path(tmp) / "events.bin"
         if not args.json:
-            print(f"generating {args.events:,} events ...", file=sys.stderr)
+            print(f"generating {events:,} events ...", file=sys.stderr)
         if args.stream == "uploads":
-            generate_uploads(events_path, args.events)
+            generate_uploads(events_path, events)
         else:
-            generate(events_path, args.events, args.seed)
+            generate(events_path, events, args.seed)
         out = subprocess.run(
-            [sys.executable, __file__, "--measure", str(events_path), str(Path(tmp) / "view")],
+            [
+                sys.executable,
+                __file__,
+                "--measure",
+                str(events_path),
+                str(Path(tmp) / "view"),
+                *(["--smoke"] if args.smoke else []),
+            ],
             check=True,
-            capture_output=True,
+            stdout=subprocess.PIPE,  # its errors go to this process's stderr
             text=True,
             env=os.environ,
         ).stdout
-    result = {"stream": args.stream, **json.loads(out)}
-    if args.stream == "uploads":
-        result["of_kafka"] = of_kafka(result)
+    result = {"stream": args.stream, "smoke": args.smoke, **json.loads(out)}
+    result["of_kafka"] = of_kafka(result) if args.stream == "uploads" else None
     if args.json:
         print(json.dumps(result))
     else:

@@ -1,16 +1,16 @@
 """Benchmark of the gRPC service over loopback, clients in separate processes.
 
-    python scripts/bench_grpc.py [--segments 1000000] [--workers 1,2] [--json]
+    python scripts/bench_grpc.py [--segments 1000000] [--workers 1,2] [--json] [--smoke]
 
 A view with ``--segments`` COPY_SEGMENT_FINISHED segments (100 partitions, 10 leader epochs each, a
 fifth with a transaction index) is built once with ``View.batch()`` (no broker) and kept in
 ``--view-dir``. ``rlmm serve`` serves it (read-only: no Kafka) in its own process. Measured:
 
 * unary ``RemoteLogSegmentMetadata`` at random existing offsets: p50/p99 latency and calls/s with 1 and
-  8 concurrent clients, each a process making one call at a time over its own 2,000 lookups, each of
-  which it asked once before the measure starts (a server in its steady state, that has served these
+  8 concurrent clients (``--clients``), each a process making one call at a time over its own 2,000 lookups,
+  each of which it asked once before the measure starts (a server in its steady state, that has served these
   lookups before: ``unary_*``);
-* the same calls at lookups never asked before (``unary_first_*``, 8 clients): each brings an entry, maybe
+* the same calls at lookups never asked before (``unary_first_*``, the most clients): each brings an entry, maybe
   an epoch's start offsets, into the server's caches and builds its answer;
 * the unary floor: the standard health service's ``Check`` (no view behind it) on the same server with
   the same clients, the most a unary call can do with grpcio on this machine (``unary_floor_*``), and the
@@ -19,7 +19,7 @@ fifth with a transaction index) is built once with ``View.batch()`` (no broker) 
   warm-up excluded), for both, and their ratio (``*_server_cpu_us_per_call``, ``unary_server_cpu_of_floor``):
   on a machine whose cores the clients share, calls/s compare the server's share of the cores as much as
   its work, CPU per call the work;
-* batch lookups/s with batches of ``--batch`` random lookups over the whole view (``BATCH_CALLS``
+* batch lookups/s with batches of ``--batch`` random lookups over the whole view (500
   distinct batches per client): ``ColumnarRemoteLogSegmentMetadata`` (the fastest call:
   ``batch_lookups_per_s``), ``BatchRemoteLogSegmentMetadata`` with found segments as Kafka's bytes
   (``batch_lookups_per_s_values``) and as messages (``batch_lookups_per_s_messages``); measured after a
@@ -33,6 +33,32 @@ per call relative to the first (``workers_qps_ratio``, ``workers_cpu_ratio``); t
 stream are measured on the first. Clients and workers share the machine's cores.
 
 Clients use the generated stubs directly, so what is measured is the server and the transport.
+
+``--smoke``: 2,000 segments, 1 and 2 clients, 0.5 s runs, fewer and smaller batches: to show that the benchmark runs
+(each run's client processes starting take most of it).
+
+``--json`` prints one object with these keys (figures of unary calls by client count):
+
+* ``segments``: segments in the view;
+* ``smoke``: whether ``--smoke`` chose the sizes;
+* ``cache_mb``, ``row_cache_mb``: the served view's block cache and row cache;
+* ``unary_p50_ms``, ``unary_p99_ms``, ``unary_qps``, ``unary_server_cpu_us_per_call``: unary at lookups asked before;
+* ``unary_first_p50_ms``, ``unary_first_p99_ms``, ``unary_first_qps``, ``unary_first_server_cpu_us_per_call``: unary
+  at lookups never asked;
+* ``unary_floor_p50_ms``, ``unary_floor_p99_ms``, ``unary_floor_qps``, ``unary_floor_server_cpu_us_per_call``: the
+  health service's ``Check``;
+* ``unary_qps_of_floor``, ``unary_p99_of_floor``, ``unary_server_cpu_of_floor``, ``unary_first_qps_of_floor``: unary
+  against the floor;
+* ``by_workers``: the unary figures above by ``--workers`` count (the first count's are the top-level ones);
+* ``workers_qps_ratio``, ``workers_cpu_ratio``: each worker count's unary calls/s and CPU per call over the first's;
+* ``batch_lookups_per_s``, ``batch_lookups_per_s_values``, ``batch_lookups_per_s_messages``: lookups/s of the batch
+  calls, by the way they ask (``batch_modes``);
+* ``batch_modes``: each batch key's way of asking;
+* ``batch_size``, ``batch_clients``: lookups per batch call, clients making them;
+* ``stream_10k_ms``, ``stream_segments``: ``ListRemoteLogSegments`` of partition 0 (10,000 segments at the
+  default size): ms to receive it, segments received;
+* ``targets``, ``met``: the targets and whether each was met (null: not measured, e.g. 8 clients);
+* ``cpus``: the machine's CPUs.
 """
 
 from __future__ import annotations
@@ -64,10 +90,27 @@ SEGMENT_OFFSETS = 1_000  # offsets per segment
 BATCH_RECORDS = 20_000
 # unary against the floor of the same run (issue 15), 8 clients; batch lookups
 TARGETS = {"unary_qps_of_floor@8": 0.9, "unary_p99_of_floor@8": 1.25, "batch_lookups_per_s": 200_000}
-# distinct batches per client: enough random lookups that caches see the whole view, not a few thousand
-# segments asked again and again
-BATCH_CALLS = 500
-FIRST_LOOKUPS = 20_000  # per client of the first-lookups run: more than one asks in a run (~800/s)
+# batch_calls: distinct batches per client, enough random lookups that caches see the whole view, not a few
+# thousand segments asked again and again; lookups: per unary client, asked once before the measure (the
+# first-lookups run's clients have ten times as many, more than one asks in a run: ~800/s)
+FULL = {
+    "segments": 1_000_000,
+    "clients": "1,8",
+    "seconds": 5.0,
+    "lookups": 2_000,
+    "batch": 1_000,
+    "batch_calls": 500,
+    "batch_clients": 2,
+}
+SMOKE = {
+    "segments": 2_000,
+    "clients": "1,2",
+    "seconds": 0.5,
+    "lookups": 200,
+    "batch": 100,
+    "batch_calls": 20,
+    "batch_clients": 1,
+}
 FIRST_SEEDS = 1_000  # added to the first-lookups clients' seeds: lookups other than the warm clients'
 # report key -> how batch lookups are asked: the fastest call the API offers first
 BATCH_MODES = {
@@ -171,10 +214,12 @@ def _stub(port: int, service=None):
     return stub(grpc.insecure_channel(f"127.0.0.1:{port}"))
 
 
-def unary_client(port: int, per_partition: int, seed: int, go, seconds: float, kind: str, results) -> None:
+def unary_client(
+    port: int, per_partition: int, seed: int, go, seconds: float, kind: str, lookups: int, results
+) -> None:
     """One call at a time for ``seconds`` after ``go``; sends back every call's latency. ``kind``: "floor" calls
-    the health service's Check; "warm" asks each of its 2,000 lookups once before ``go``, then asks them again
-    in turn; "first" asks lookups it never asked (more than it can ask in ``seconds``)."""
+    the health service's Check; "warm" asks each of its ``lookups`` once before ``go``, then asks them again
+    in turn; "first" asks lookups it never asked (ten times as many: more than it can ask in ``seconds``)."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     rng = random.Random(seed + FIRST_SEEDS if kind == "first" else seed)
@@ -183,7 +228,7 @@ def unary_client(port: int, per_partition: int, seed: int, go, seconds: float, k
         assert call(requests[0]).status == health_pb2.HealthCheckResponse.SERVING
         warm_up = requests * 200
     else:
-        count = 2_000 if kind == "warm" else FIRST_LOOKUPS
+        count = lookups if kind == "warm" else 10 * lookups
         call, requests = _stub(port).RemoteLogSegmentMetadata, [_request(rng, per_partition) for _ in range(count)]
         warm_up = requests if kind == "warm" else [_request(rng, per_partition) for _ in range(200)]
     for request in warm_up:  # connect, and fill the caches as the kind asks
@@ -212,16 +257,18 @@ def _columns(lookups):
     )
 
 
-def batch_client(port: int, per_partition: int, seed: int, go, seconds: float, batch: int, mode: str, results) -> None:
-    """Batches of random lookups, one call at a time, asked as ``mode`` says (see ``BATCH_MODES``); every
-    answer is received and parsed."""
+def batch_client(
+    port: int, per_partition: int, seed: int, go, seconds: float, batch: int, calls: int, mode: str, results
+) -> None:
+    """``calls`` distinct batches of random lookups, one call at a time, asked as ``mode`` says (see
+    ``BATCH_MODES``); every answer is received and parsed."""
     from rlmm.convert import segment_metadata_from_pb
     from rlmm.records.serde import decode_value
     from rlmm.v1 import service_pb2 as api
 
     rng = random.Random(seed)
     stub = _stub(port)
-    lookups = [[_request(rng, per_partition) for _ in range(batch)] for _ in range(BATCH_CALLS)]
+    lookups = [[_request(rng, per_partition) for _ in range(batch)] for _ in range(calls)]
     if mode == "columns":
         call, requests = stub.ColumnarRemoteLogSegmentMetadata, [_columns(one) for one in lookups]
         answers = lambda response: response.kafka_values  # noqa: E731
@@ -347,10 +394,14 @@ UNARY_RUNS = {
 }
 
 
-def measure_unary(server: subprocess.Popen, port: int, per_partition: int, seconds: float, workers: int) -> dict:
-    """The unary runs, lookups never asked first (the server just started), then the steady state and the floor."""
+def measure_unary(
+    server: subprocess.Popen, port: int, per_partition: int, sizes: dict, clients: tuple[int, ...], workers: int
+) -> dict:
+    """The unary runs, lookups never asked first (the server just started, the most clients), then the steady state
+    and the floor."""
     report: dict = {}
-    runs = (("unary_first", "first", (8,)), ("unary", "warm", (1, 8)), ("unary_floor", "floor", (1, 8)))
+    seconds = sizes["seconds"]
+    runs = (("unary_first", "first", clients[-1:]), ("unary", "warm", clients), ("unary_floor", "floor", clients))
     for prefix, kind, client_counts in runs:
         for name in ("p50_ms", "p99_ms", "qps", "server_cpu_us_per_call"):
             report[f"{prefix}_{name}"] = {}
@@ -361,7 +412,7 @@ def measure_unary(server: subprocess.Popen, port: int, per_partition: int, secon
                 for run in run_clients(
                     unary_client,
                     clients,
-                    (port, per_partition, seconds, kind),
+                    (port, per_partition, seconds, kind, sizes["lookups"]),
                     at_go=lambda: cpu_at_go.append(server_cpu_s(server)),
                 )
                 for x in run
@@ -387,32 +438,41 @@ def measure_unary(server: subprocess.Popen, port: int, per_partition: int, secon
     return report
 
 
-def measure_batches(report: dict, port: int, per_partition: int, args: argparse.Namespace) -> None:
-    log(f"warmed up with a lookup of every segment in {warm_up(port, per_partition, args.batch):.0f} s")
+def measure_batches(report: dict, port: int, per_partition: int, sizes: dict) -> None:
+    batch, clients = sizes["batch"], sizes["batch_clients"]
+    log(f"warmed up with a lookup of every segment in {warm_up(port, per_partition, batch):.0f} s")
     for key, mode in BATCH_MODES.items():
-        runs = run_clients(batch_client, args.batch_clients, (port, per_partition, args.seconds, args.batch, mode))
+        runs = run_clients(
+            batch_client, clients, (port, per_partition, sizes["seconds"], batch, sizes["batch_calls"], mode)
+        )
         report[key] = round(sum(n for n, _ in runs) / max(t for _, t in runs))
-        log(f"batch lookups, {mode}: {report[key]:,}/s ({args.batch_clients} clients, {args.batch} per call)")
+        log(f"batch lookups, {mode}: {report[key]:,}/s ({clients} clients, {batch} per call)")
     report["batch_modes"] = BATCH_MODES
-    report["batch_size"] = args.batch
-    report["batch_clients"] = args.batch_clients
+    report["batch_size"] = batch
+    report["batch_clients"] = clients
     report["stream_10k_ms"], report["stream_segments"] = stream_ms(port)
     report["stream_10k_ms"] = round(report["stream_10k_ms"], 1)
     log(f"stream of {report['stream_segments']:,} segments: {report['stream_10k_ms']} ms")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--segments", type=int, default=1_000_000)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--segments", type=int, help=f"[{FULL['segments']:,}; smoke {SMOKE['segments']:,}]")
     parser.add_argument(
         "--view-dir",
         type=Path,
         help="Where the view is kept between runs (default: a directory under the system's temporary directory).",
     )
     parser.add_argument("--rebuild", action="store_true", help="Build the view even when one is there.")
-    parser.add_argument("--seconds", type=float, default=5.0, help="Measuring time of each client run.")
-    parser.add_argument("--batch", type=int, default=1_000, help="Lookups per batch call.")
-    parser.add_argument("--batch-clients", type=int, default=2)
+    parser.add_argument(
+        "--clients",
+        help=f"Comma-separated counts of concurrent unary clients [{FULL['clients']}; smoke {SMOKE['clients']}].",
+    )
+    parser.add_argument(
+        "--seconds", type=float, help=f"Measuring time of each client run [{FULL['seconds']}; smoke {SMOKE['seconds']}]"
+    )
+    parser.add_argument("--batch", type=int, help=f"Lookups per batch call [{FULL['batch']:,}; smoke {SMOKE['batch']}]")
+    parser.add_argument("--batch-clients", type=int, help=f"[{FULL['batch_clients']}; smoke {SMOKE['batch_clients']}]")
     parser.add_argument(
         "--cache-mb",
         type=int,
@@ -430,27 +490,37 @@ def main() -> None:
         default="1",
         help="Comma-separated worker counts (rlmm serve --workers) to measure the unary calls with, e.g. 1,2.",
     )
+    parser.add_argument("--smoke", action="store_true", help="A tiny run, seconds: does the benchmark run.")
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     args = parser.parse_args()
-    per_partition = args.segments // PARTITIONS
-    view_dir = args.view_dir or Path(tempfile.gettempdir()) / f"rlmm-bench-grpc-{args.segments}"
+    sizes = dict(SMOKE if args.smoke else FULL)
+    sizes.update({key: getattr(args, key) for key in sizes if getattr(args, key, None) is not None})
+    segments = sizes["segments"]
+    clients = tuple(sorted(int(n) for n in sizes["clients"].split(",")))
+    per_partition = segments // PARTITIONS
+    view_dir = args.view_dir or Path(tempfile.gettempdir()) / f"rlmm-bench-grpc-{segments}"
     stamp = view_dir / "BENCH_COMPLETE"
     if args.rebuild or not stamp.exists():
-        log(f"building a view of {args.segments:,} segments in {view_dir} ...")
+        log(f"building a view of {segments:,} segments in {view_dir} ...")
         started = time.perf_counter()
-        build_view(view_dir, args.segments)
-        stamp.write_text(str(args.segments))
+        build_view(view_dir, segments)
+        stamp.write_text(str(segments))
         log(f"built in {time.perf_counter() - started:.0f} s")
-    report: dict = {"segments": args.segments, "cache_mb": args.cache_mb, "row_cache_mb": args.row_cache_mb}
+    report: dict = {
+        "segments": segments,
+        "smoke": args.smoke,
+        "cache_mb": args.cache_mb,
+        "row_cache_mb": args.row_cache_mb,
+    }
     workers = [int(n) for n in args.workers.split(",")]
     report["by_workers"] = {}
     for n in workers:
         server, port = serve(view_dir, args.cache_mb, args.row_cache_mb, n)
         try:
-            unary = report["by_workers"][str(n)] = measure_unary(server, port, per_partition, args.seconds, n)
+            unary = report["by_workers"][str(n)] = measure_unary(server, port, per_partition, sizes, clients, n)
             if n == workers[0]:
                 report.update(unary)
-                measure_batches(report, port, per_partition, args)
+                measure_batches(report, port, per_partition, sizes)
         finally:
             server.terminate()
             server.wait(60)
@@ -467,9 +537,10 @@ def main() -> None:
         for n, run in report["by_workers"].items()
     }
     report["targets"] = TARGETS
+    qps_of_floor, p99_of_floor = report["unary_qps_of_floor"].get("8"), report["unary_p99_of_floor"].get("8")
     report["met"] = {
-        "unary_qps_of_floor@8": report["unary_qps_of_floor"]["8"] >= TARGETS["unary_qps_of_floor@8"],
-        "unary_p99_of_floor@8": report["unary_p99_of_floor"]["8"] <= TARGETS["unary_p99_of_floor@8"],
+        "unary_qps_of_floor@8": None if qps_of_floor is None else qps_of_floor >= TARGETS["unary_qps_of_floor@8"],
+        "unary_p99_of_floor@8": None if p99_of_floor is None else p99_of_floor <= TARGETS["unary_p99_of_floor@8"],
         "batch_lookups_per_s": report["batch_lookups_per_s"] >= TARGETS["batch_lookups_per_s"],
     }
     report["cpus"] = os.cpu_count()

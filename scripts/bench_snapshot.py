@@ -1,17 +1,38 @@
 """Snapshot benchmark: Spark rebuild rate, restore time, time to ready from a snapshot vs a full replay.
 
-The workload (``rlmm.workload``, 200 user partitions, 50 metadata partitions, as bench_ingest) is
-produced into a local Tansu broker twice: a topic with all ``--events`` records and one with their first
-90 %. Measures:
+    python scripts/bench_snapshot.py [--events 1000000] [--restore-segments 500000] [--json] [--smoke]
 
-* rebuild_events_per_s: ``snapshots.job.build`` on ``--master`` (local[2]) over the whole topic, records
+The workload (``rlmm.workload``, 200 user partitions, 50 metadata partitions, as bench_ingest) goes into a local
+Tansu broker: all ``--events`` records into ``bench-full``, the first 90 % into ``bench-tailed``. Measures:
+
+* rebuild_events_per_s: ``snapshots.job.build`` on ``--master`` (local[2]) over ``bench-full``, records
   read through the Kafka Python data source, folded, snapshot written (Spark session start excluded;
   the first job of the session, so it includes starting the Python workers and warming the JVM);
-* rebuild_warm_events_per_s: the same for the 90 % topic, the second job of the session;
-* restore_s: restore of that snapshot into a fresh view;
+* rebuild_warm_events_per_s: the same for ``bench-tailed`` (its 90 %), the second job of the session;
+* restore_s: restore of the whole topic's snapshot into a fresh view;
 * restore_500k_segments_s: restore of a synthetic snapshot of ``--restore-segments`` finished segments;
-* ready_from_snapshot_s: restore of the 90 % snapshot + the service tailing the last 10 % until ready;
-* ready_from_replay_s: the service on an empty view reading the whole topic until ready.
+* ready_from_snapshot_s: once the last 10 % is produced into ``bench-tailed``, restore of its 90 % snapshot +
+  the service tailing the rest until ready (the same topic: the snapshot holds its topic id, which the
+  service checks);
+* ready_from_replay_s: the service on an empty view reading the whole of ``bench-tailed`` until ready.
+
+``--smoke``: 20,000 events and 5,000 synthetic segments, to show that the benchmark runs (Spark's start and its
+jobs' fixed costs take most of it).
+
+``--json`` prints one object with these keys:
+
+* ``events``: events produced (``--events``);
+* ``smoke``: whether ``--smoke`` chose the sizes;
+* ``master``: the Spark master;
+* ``core``: the core's build (compiled or interpreted);
+* ``spark_start_s``: starting the Spark session;
+* ``rebuild_s``, ``rebuild_records``, ``rebuild_events_per_s``: the first job, over the whole topic;
+* ``snapshot_segments``: live segments in its snapshot;
+* ``rebuild_warm_events_per_s``: the second job, over the first 90 %;
+* ``restore_s``: restore of the whole topic's snapshot;
+* ``restore_segments``, ``restore_500k_segments_s``: segments of the synthetic snapshot, its restore;
+* ``ready_from_snapshot_s``, ``ready_from_replay_s``: to ready from the 90 % snapshot, from an empty view;
+* ``ready_speedup``: ``ready_from_replay_s`` / ``ready_from_snapshot_s``.
 """
 
 from __future__ import annotations
@@ -35,10 +56,13 @@ from rlmm.compiled import core_build  # noqa: E402
 from rlmm.records.model import SegmentMetadata, SegmentState, TopicIdPartition  # noqa: E402
 from rlmm.state.export import EpochState, PartitionState  # noqa: E402
 from rlmm.state.view import View  # noqa: E402
-from scripts.bench_ingest import config_for, ingest, produce_workload  # noqa: E402
+from scripts.bench_ingest import config_for, ingest, produce_workload, wait_until_ready  # noqa: E402
 from snapshots.format import write_snapshot  # noqa: E402
 from snapshots.job import build, spark_session  # noqa: E402
 from snapshots.restore import restore  # noqa: E402
+
+FULL = {"events": 1_000_000, "restore_segments": 500_000}
+SMOKE = {"events": 20_000, "restore_segments": 5_000}
 
 
 def synthetic_states(segments: int, partitions: int = 100) -> list[PartitionState]:
@@ -86,40 +110,46 @@ def timed_rebuild(spark, out: Path, bootstrap: str, topic: str, say) -> tuple[di
 
 def serve_until_ready(view_dir: Path, config, partitions) -> None:
     with View(view_dir) as view, RemoteLogMetadataManager(view, config, partitions) as rlmm:
-        if not rlmm.consumer.wait_ready(None, timeout=1800):
-            raise RuntimeError(f"not ready: {rlmm.status()}")
+        wait_until_ready(rlmm, 1800)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--events", type=int, help=f"[{FULL['events']:,}; smoke {SMOKE['events']:,}]")
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--restore-segments", type=int, default=500_000)
+    parser.add_argument(
+        "--restore-segments", type=int, help=f"[{FULL['restore_segments']:,}; smoke {SMOKE['restore_segments']:,}]"
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="a tiny run: does the benchmark run")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    sizes = dict(SMOKE if args.smoke else FULL)
+    sizes.update({key: getattr(args, key) for key in sizes if getattr(args, key) is not None})
+    events = sizes["events"]
 
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    result: dict = {"core": core_build(), "events": args.events, "master": args.master}
-    with tempfile.TemporaryDirectory(prefix="rlmm-bench-snapshot-") as tmp_name, LocalBroker().start() as broker:
+    result: dict = {"core": core_build(), "events": events, "smoke": args.smoke, "master": args.master}
+    with (
+        tempfile.TemporaryDirectory(prefix="rlmm-bench-snapshot-") as tmp_name,
+        LocalBroker(log_path=Path(tmp_name) / "tansu.log") as broker,
+    ):
         tmp = Path(tmp_name)
         boot = broker.bootstrap_servers
-        full, partial = config_for(boot, "bench-full"), config_for(boot, "bench-partial")
-        for config in (full, partial):
+        full, tailed = config_for(boot, "bench-full"), config_for(boot, "bench-tailed")
+        for config in (full, tailed):
             ensure_topic(AdminClient(config.admin_config()), config)
-        tail_cut = args.events * 9 // 10
-        say(f"producing {args.events} events")
-        workload = produce_workload(
-            boot, {"bench-full": args.events, "bench-partial": tail_cut}, args.events, args.seed
-        )
+        tail_cut = events * 9 // 10
+        say(f"producing {events} events, {tail_cut} of them into {tailed.topic} for now")
+        workload = produce_workload(boot, {full.topic: range(events), tailed.topic: range(tail_cut)}, events, args.seed)
         t0 = time.perf_counter()
         spark = spark_session(args.master)
         result["spark_start_s"] = round(time.perf_counter() - t0, 2)
 
         say("rebuild of the whole topic")
-        manifest, records, seconds = timed_rebuild(spark, tmp / "snap-full", boot, "bench-full", say)
+        manifest, records, seconds = timed_rebuild(spark, tmp / "snap-full", boot, full.topic, say)
         result.update(
             rebuild_s=round(seconds, 2),
             rebuild_records=records,
@@ -128,31 +158,33 @@ def main() -> None:
         )
 
         say("rebuild of the first 90 %")
-        _, records, seconds = timed_rebuild(spark, tmp / "snap-90", boot, "bench-partial", say)
+        _, records, seconds = timed_rebuild(spark, tmp / "snap-90", boot, tailed.topic, say)
         result["rebuild_warm_events_per_s"] = round(records / seconds)
         spark.stop()
+        say(f"producing the last {events - tail_cut} events into {tailed.topic}")
+        produce_workload(boot, {tailed.topic: range(tail_cut, events)}, events, args.seed)
 
         t0 = time.perf_counter()
         restore(tmp / "snap-full", tmp / "restored-full")
         result["restore_s"] = round(time.perf_counter() - t0, 3)
 
-        say(f"synthetic snapshot of {args.restore_segments} segments")
-        write_snapshot(tmp / "snap-synthetic", synthetic_states(args.restore_segments), [], {0: 0}, 50)
+        say(f"synthetic snapshot of {sizes['restore_segments']} segments")
+        write_snapshot(tmp / "snap-synthetic", synthetic_states(sizes["restore_segments"]), [], {0: 0}, 50)
         t0 = time.perf_counter()
         restore(tmp / "snap-synthetic", tmp / "restored-synthetic")
         result["restore_500k_segments_s"] = round(time.perf_counter() - t0, 3)
-        result["restore_segments"] = args.restore_segments
+        result["restore_segments"] = sizes["restore_segments"]
 
         say("ready from the 90 % snapshot + tail")
         tps = workload.user_partitions()
         t0 = time.perf_counter()
         restore(tmp / "snap-90", tmp / "from-snapshot")
-        serve_until_ready(tmp / "from-snapshot", full, tps)
+        serve_until_ready(tmp / "from-snapshot", tailed, tps)
         result["ready_from_snapshot_s"] = round(time.perf_counter() - t0, 2)
 
         say("ready from a full replay")
         t0 = time.perf_counter()
-        ingest(tmp / "from-replay", full, workload)
+        ingest(tmp / "from-replay", tailed, workload)
         result["ready_from_replay_s"] = round(time.perf_counter() - t0, 2)
         result["ready_speedup"] = round(result["ready_from_replay_s"] / result["ready_from_snapshot_s"], 2)
     if args.json:

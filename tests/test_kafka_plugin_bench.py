@@ -1,8 +1,8 @@
 """The Kafka plugin's benchmark runs: ``scripts/bench_kafka_plugin.py --smoke --json`` on the plugin and test classes
 this session built (``built_plugin``: skipped outside CI where Java or Kafka's libs are missing, failed with CI=true)
-and the session's broker. Its JSON must hold every measure with sane values (rates and latencies positive, the
-plugin's answers equal to Kafka's store's, no call failed) and the ratios computed from those measures. Nothing is
-timed as pass or fail: the machine is shared."""
+and the session's broker. Its JSON must have the keys its docstring lists, every measure with sane values (rates and
+latencies positive, the plugin's answers equal to Kafka's store's, no call failed) and the ratios computed from those
+measures. Nothing is timed as pass or fail: the machine is shared."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tests.bench_docs import documented_json_keys
 from tests.kafka_plugin_support import REPO, built_plugin  # noqa: F401 (built_plugin: a fixture)
 
 SCRIPT = REPO / "scripts" / "bench_kafka_plugin.py"
@@ -45,6 +46,10 @@ def bench(built_plugin, kafka) -> dict:  # noqa: F811
     )
     assert done.returncode == 0, f"the benchmark failed ({done.returncode}):\n{done.stderr[-4000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_json_has_the_documented_keys(bench) -> None:
+    assert set(bench) == documented_json_keys(SCRIPT)
 
 
 def test_the_stream_and_the_answers(bench) -> None:
