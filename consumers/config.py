@@ -59,7 +59,8 @@ SETTINGS = (
         "remote.log.metadata.topic.num.partitions",
         "num_partitions",
         "Partitions of the metadata topic. An existing topic with another count is refused (Kafka refuses it "
-        "too): records would go where the other brokers do not look.",
+        "too): records would go where the other brokers do not look. Left out, a view (or the snapshot it was "
+        "restored from) that records its topic's count gives it; set, it must be the view's.",
         True,
     ),
     Setting(
@@ -210,6 +211,8 @@ class RlmmConfig:
     retry_max_timeout_ms: int = 120_000
     assign_all: KafkaBool = False
     max_batch_records: Positive = 5_000
+    # False: num_partitions was not set (from_properties without it), and the count a view records is taken
+    num_partitions_given: bool = True
     common_client: Mapping[str, object] = field(default_factory=dict)
     producer: Mapping[str, object] = field(default_factory=dict)
     consumer: Mapping[str, object] = field(default_factory=dict)
@@ -234,6 +237,7 @@ class RlmmConfig:
                     f"unknown setting {name!r}; known: {', '.join(sorted(PROPERTIES))} and client "
                     f"settings under {COMMON_CLIENT_PREFIX}, {PRODUCER_PREFIX}, {CONSUMER_PREFIX}"
                 )
+        values["num_partitions_given"] = "num_partitions" in values
         try:
             return cls(bootstrap_servers, **values, **clients)
         except ValidationError as exc:

@@ -23,6 +23,11 @@
   Its bookkeeping per metadata partition (registrations, positions, end offsets, holds, readiness) is a
   ``ConsumerLedger`` (``consumers/ledger.py``, pure). Records the state machine refuses are logged,
   rate-limited, by ``consumers/refusals.py``.
+* Partitions that wait for readiness are logged with what they wait for: at once when nothing the topic holds
+  can make them ready (the records after the last one read all failed), and every ``WAIT_REPORT_S`` while they
+  wait; ``status`` gives the same per metadata partition.
+* Every wait (readiness, initialization, a registration) returns or raises at once when the consumer stops:
+  ``ConsumerStoppedError`` with the failure as its cause, ``ServiceStoppedError`` after ``stop``.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -44,14 +49,18 @@ from consumers import view_state
 from consumers.client_process import ConsumerProcess, FetchedMessage
 from consumers.clients import KafkaClients
 from consumers.config import RlmmConfig
-from consumers.ledger import BEGINNING, NO_BROKER, ConsumerLedger, FetchRead, Progress
+from consumers.ledger import BEGINNING, NO_BROKER, ConsumerLedger, FetchRead, NotReady, Progress
 from consumers.ratelog import RateLimitedLog
-from consumers.refusals import RefusalLog, why
+from consumers.refusals import RefusalLog, what_failed, why
 from consumers.topic import describe_topic, ensure_topic
 from consumers.watcher import OffsetWatcher
 from rlmm.errors import (
+    ConsumerStoppedError,
     KafkaClientCrashed,
+    KafkaSideError,
+    ServiceStoppedError,
     TopicChangedError,
+    TopicMismatchError,
     ViewDamaged,
     ViewError,
     ViewStorageFailed,
@@ -73,6 +82,8 @@ MAX_STORAGE_RETRY_S = 30.0
 UNREACHABLE_AFTER_S = 2.0  # how long no broker may answer before the status says so
 TOPIC_CHECK_S = 5.0  # how often the topic's id and partition count are checked while consuming
 TOPIC_CHECK_TIMEOUT_S = 2.0
+WAIT_CHECK_S = 1.0  # how often the consumer looks at which partitions wait for readiness
+WAIT_REPORT_S = 60.0  # how often partitions still waiting for readiness are logged again
 _EOF = KafkaError._PARTITION_EOF
 # errors after which nothing is applied before the topic is checked again (the broker may have lost it)
 _CONNECTION_ERRORS = frozenset(
@@ -103,6 +114,7 @@ class MetadataConsumer:
         self._initial = list(partitions)
         self._requests: queue.SimpleQueue[tuple[str, object, threading.Event]] = queue.SimpleQueue()
         self._stopping = threading.Event()
+        self._stopped = threading.Event()  # the consumer thread ended
         self._initialized = threading.Event()
         self._ready_changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="rlmm-consumer", daemon=True)
@@ -123,9 +135,12 @@ class MetadataConsumer:
         self._ledger = self._ledger.restarted()
         self._ends_refreshed = 0.0
         self._topic_id: str | None = None  # stored in the view
+        self._view_partitions: int | None = None  # the topic's partition count, stored in the view
         self._topic_unverified = True  # nothing is applied until the topic is checked
         self._topic_check_due = 0.0
         self._topic_missing = 0  # consecutive checks that did not find the topic
+        self._waits_checked = 0.0
+        self._waits_logged: dict[int, tuple[float, bool]] = {}  # mp -> when its waits were logged, whether stuck
 
     # ---- control (any thread) ---------------------------------------------------------------------
 
@@ -137,8 +152,19 @@ class MetadataConsumer:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
+        self.wake()
         if self._thread.is_alive():
             self._thread.join(timeout)
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped (or stopping), or failed: it consumes no more."""
+        return self._stopping.is_set() or self._stopped.is_set()
+
+    @property
+    def running(self) -> bool:
+        """Started, not stopped and not failed: it consumes, or tries to reach the broker."""
+        return self._thread.is_alive() and not self.stopped and self.failure is None
 
     @property
     def initialized(self) -> bool:
@@ -151,7 +177,33 @@ class MetadataConsumer:
         )
 
     def wait_initialized(self, timeout: float | None = None) -> bool:
-        return self._initialized.wait(timeout)
+        """Wait until the consumer was initialized once; False on timeout. Raises at once when it stops before."""
+        return self.wait_until(self._initialized.is_set, timeout)
+
+    def wait_done(self, request: threading.Event, timeout: float) -> bool:
+        """Wait until the consumer carried out a request (``register``...); False on timeout (it is still queued).
+        Raises at once when the consumer stops first."""
+        return self.wait_until(request.is_set, timeout)
+
+    def wait_until(self, done: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait until ``done()``, looked at whenever the consumer changed something (``wake``); False on timeout;
+        ``ConsumerStoppedError`` (the failure its cause) or ``ServiceStoppedError`` as soon as the consumer stops
+        before."""
+        with self._ready_changed:
+            self._ready_changed.wait_for(lambda: done() or self.stopped, timeout)
+        if done():
+            return True
+        failure = self.failure
+        if failure is not None:
+            raise ConsumerStoppedError(f"the metadata consumer stopped: {failure}") from failure
+        if self.stopped:
+            raise ServiceStoppedError("the metadata consumer was stopped")
+        return False
+
+    def wake(self) -> None:
+        """Have every ``wait_until`` look at its condition again (one that changed outside the consumer)."""
+        with self._ready_changed:
+            self._ready_changed.notify_all()
 
     # Requests are carried out by the consumer thread, between two batches; the event each returns is
     # set once that happened.
@@ -191,19 +243,21 @@ class MetadataConsumer:
 
     def wait_ready(self, partitions: Iterable[TopicIdPartition] | None, timeout: float) -> bool:
         """Wait until every one of ``partitions`` is ready (None: every registered partition that can be,
-        i.e. not removed by a partition deletion); False on timeout."""
+        i.e. not removed by a partition deletion); False on timeout (``not_ready`` says what they wait for).
+        Raises at once when the consumer stops (``wait_until``)."""
         if partitions is None:
+            return self.wait_until(lambda: self.all_ready, timeout)
+        wanted = list(partitions)
+        return self.wait_until(lambda: all(map(self.view.queries.is_ready, wanted)), timeout)
 
-            def done() -> bool:
-                return self.initialized and not self._ledger.waiting()
-        else:
-            wanted = list(partitions)
+    @property
+    def all_ready(self) -> bool:
+        """Initialized, and every registered partition that can be is ready (not one removed by a deletion)."""
+        return self.initialized and not self._ledger.waiting()
 
-            def done() -> bool:
-                return all(map(self.view.queries.is_ready, wanted))
-
-        with self._ready_changed:
-            return self._ready_changed.wait_for(done, timeout)
+    def not_ready(self) -> list[NotReady]:
+        """The registered partitions waiting for readiness, by metadata partition, and what they wait for."""
+        return self._ledger.not_ready()
 
     def registered(self) -> list[TopicIdPartition]:
         return self._ledger.registered_partitions()
@@ -212,15 +266,22 @@ class MetadataConsumer:
         progress = self.progress()
         lags = [p.lag for p in progress.values()]
         brokers_up, idle_ms = self._broker
+        partitions: dict[str, dict] = {
+            str(mp): {"position": p.position, "end": p.end, "lag": p.lag} for mp, p in progress.items()
+        }
+        for waits in self.not_ready():
+            partitions.setdefault(str(waits.metadata_partition), {})["not_ready"] = {
+                "partitions": len(waits.partitions),
+                "reason": waits.reason,
+                "examples": waits.examples,
+            }
         return {
             "initialized": self.initialized,
             "failure": None if self.failure is None else repr(self.failure),
             "brokers_up": brokers_up,
             "ms_since_broker_response": idle_ms,
             "lag": None if not lags or None in lags else sum(lags),
-            "metadata_partitions": {
-                str(mp): {"position": p.position, "end": p.end, "lag": p.lag} for mp, p in progress.items()
-            },
+            "metadata_partitions": partitions,
             "pending_partitions": self._ledger.waiting(),
             "records_applied": self.records_applied,
         }
@@ -245,22 +306,25 @@ class MetadataConsumer:
             log.error(
                 "the metadata consumer stopped: %s",
                 exc,
-                exc_info=not isinstance(exc, (KafkaException, KafkaClientCrashed, TopicChangedError, ViewError)),
+                exc_info=not isinstance(exc, (KafkaException, KafkaSideError, ViewError)),
             )
             self.watcher.fail_all(exc)
         finally:
-            with self._ready_changed:
-                self._ready_changed.notify_all()
+            self.watcher.fail_all(ServiceStoppedError("the metadata consumer was stopped"))  # kept: a failure first
+            self._stopped.set()
+            self.wake()
 
     def _consume(self) -> None:
         self._client = self.clients.consumer(self._on_error, self._on_stats)
         try:
             self._reassign()
             self._initialized.set()
+            self.wake()
             while not self._stopping.is_set():
                 self._serve_requests()
                 if self._topic_checked():
                     self._poll()
+                self._report_waits()
         except KafkaClientCrashed as crash:
             self._explain(crash)
             raise
@@ -294,6 +358,14 @@ class MetadataConsumer:
     def _initialize(self) -> bool:
         """Ensure the metadata topic, retrying with backoff while the broker cannot be reached; a topic
         that cannot be used (``TopicMismatchError``) is fatal. False when stopped meanwhile."""
+        recorded = self._view_partitions
+        if recorded is not None and recorded != self.config.num_partitions:
+            raise TopicMismatchError(
+                f"the view was built from a metadata topic of {recorded} partitions, but "
+                f"remote.log.metadata.topic.num.partitions is {self.config.num_partitions}: leave the setting "
+                f"out (the view's count is then taken) or set it to {recorded}; for a topic of another count, "
+                f"rebuild the view (rlmm serve --reset, rlmm consume --reset)"
+            )
         admin = self._admin = self.clients.admin(self._on_error)
         started = time.monotonic()
         self._unreachable = started, "no answer yet"
@@ -343,7 +415,7 @@ class MetadataConsumer:
         self._client_errors.log(logging.WARNING, str(error.code()), "Kafka client: %s", error)
 
     @property
-    def kafka_problem(self) -> str | None:
+    def connection_problem(self) -> str | None:
         """Why the consumer cannot read the topic now: no broker has answered for a while (the last error)."""
         unreachable = self._unreachable
         if unreachable is None or time.monotonic() - unreachable[0] < UNREACHABLE_AFTER_S:
@@ -351,8 +423,14 @@ class MetadataConsumer:
         since, error = unreachable
         return (
             f"no Kafka broker of {self.config.bootstrap_servers} has answered for "
-            f"{time.monotonic() - since:.0f} s ({error}); reads are answered from the view as it stands"
+            f"{time.monotonic() - since:.0f} s ({error})"
         )
+
+    @property
+    def kafka_problem(self) -> str | None:
+        """``connection_problem``, as a server that answers from its view says it."""
+        problem = self.connection_problem
+        return None if problem is None else f"{problem}; reads are answered from the view as it stands"
 
     # ---- the topic stays the one the view was built from --------------------------------------------
 
@@ -393,17 +471,24 @@ class MetadataConsumer:
                 f"the metadata topic {topic!r} now has {identity.partitions} "
                 f"partitions, not {self.config.num_partitions}",
             )
+        first_sight = {}
+        if self._view_partitions is None:
+            first_sight[view_state.NUM_PARTITIONS] = view_state.num_partitions_value(identity.partitions)
         if identity.topic_id is not None:
             if self._topic_id is None:
-                with self.view.batch() as batch:
-                    batch.put_consumer_state(view_state.TOPIC_ID, identity.topic_id.encode())
-                self._topic_id = identity.topic_id
+                first_sight[view_state.TOPIC_ID] = identity.topic_id.encode()
             elif identity.topic_id != self._topic_id:
                 self._changed(
                     "topic_id_changed",
                     f"the metadata topic {topic!r} now has the topic id "
                     f"{identity.topic_id}, the view was built from topic id {self._topic_id}",
                 )
+        if first_sight:
+            with self.view.batch() as batch:
+                for key, value in first_sight.items():
+                    batch.put_consumer_state(key, value)
+            self._topic_id = self._topic_id or identity.topic_id
+            self._view_partitions = identity.partitions
         return True
 
     def _explain(self, crash: KafkaClientCrashed) -> None:
@@ -439,6 +524,7 @@ class MetadataConsumer:
             self.watcher.applied_up_to(mp, offset + 1)
         state = self.view.consumer_state()
         self._topic_id = view_state.topic_id_of(state)
+        self._view_partitions = view_state.num_partitions_of(state)
         for mp, until in view_state.rereads_of(state).items():  # readings again a previous run did not finish
             ledger.resume_reread(mp, until)
         ledger.holders = view_state.holders_of(state)
@@ -494,8 +580,9 @@ class MetadataConsumer:
                     self._add(batch, partitions, holder)
         if served:
             self._reassign()
-        for done in served:
-            done.set()
+            for done in served:
+                done.set()
+            self.wake()
 
     def _remove(self, batch: Batch, partitions: Iterable[TopicIdPartition], holder: int) -> None:
         """End ``holder``'s registrations of partitions; unassign those no holder is left for."""
@@ -551,8 +638,7 @@ class MetadataConsumer:
         self._read_again(unread)
         self._hold(fetch.held)
         if now_ready:
-            with self._ready_changed:
-                self._ready_changed.notify_all()
+            self.wake()
 
     def _fetch(self) -> list[FetchedMessage]:
         """The next records (and partition ends) the client has, up to a batch; none after a wait. While
@@ -592,10 +678,11 @@ class MetadataConsumer:
             return
         value = message.value()
         result = batch.apply(mp, offset, value)
-        failed = result.status == "error"
-        if failed:
+        if result.status == "error":
             fetch.failed.setdefault(mp, {})[offset] = result
-        self._ledger.read(fetch, mp, offset, failed=failed)
+            self._ledger.read(fetch, mp, offset, failed=True, what=what_failed(result))
+        else:
+            self._ledger.read(fetch, mp, offset, failed=False)
         self._refusals.log(mp, offset, value, result)
 
     def _reach_end(self, fetch: FetchRead, mp: int, offset: int) -> None:
@@ -685,3 +772,23 @@ class MetadataConsumer:
             self._client.pause([tp])
             self._client.seek(tp)
             self._ledger.held_at(mp)
+
+    # ---- partitions waiting for readiness, logged --------------------------------------------------------
+
+    def _report_waits(self) -> None:
+        """Log the partitions that wait for readiness: at once when they are stuck (a later record must come),
+        then every ``WAIT_REPORT_S`` while they wait (those still reading too)."""
+        now = time.monotonic()
+        if now - self._waits_checked < WAIT_CHECK_S:
+            return
+        self._waits_checked = now
+        waiting = self._ledger.not_ready()
+        logged, self._waits_logged = self._waits_logged, {}
+        for waits in waiting:
+            mp = waits.metadata_partition
+            last = logged.get(mp)
+            newly_stuck = waits.stuck and (last is None or not last[1])
+            if newly_stuck or (last is not None and now - last[0] >= WAIT_REPORT_S):
+                log.log(logging.WARNING if waits.stuck else logging.INFO, "%s", waits.describe())
+                last = now, waits.stuck
+            self._waits_logged[mp] = last or (now, False)

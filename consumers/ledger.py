@@ -2,7 +2,8 @@
 are registered and which of them wait for readiness (and up to which end offset), where reading stands
 (positions, end offsets, the last record read before a run of failed ones), what must be read again from the
 beginning, and where a hold stops it. The consumer thread feeds it what the client fetched and asks it what
-to tell the client and the view; other threads read copies (``progress``, ``registered``, ``waiting``)."""
+to tell the client and the view; other threads read copies (``progress``, ``registered``, ``waiting``,
+``not_ready``: which partitions wait, and for what)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.partitioner import metadata_partition
+from rlmm.records.uuid import uuid_to_str
 from rlmm.state.results import ApplyResult
 
 # Where a reading from the beginning starts. Not the logical OFFSET_BEGINNING: offset 0 is the same once
@@ -18,6 +20,7 @@ from rlmm.state.results import ApplyResult
 # ListOffsets round trip, which Tansu answers only after ~0.5 s.
 BEGINNING = 0
 NO_BROKER = -1  # the holder of a registration made without a broker id (tools, ``rlmm serve --partition``)
+EXAMPLES = 5  # partitions named where not-ready ones are reported
 BEHIND_GRACE_S = 5.0  # how long an end offset may stay below the consumer's position (a new leader's high
 # watermark can lag for a moment on Kafka) before the offsets count as gone backwards
 
@@ -32,6 +35,39 @@ class Progress:
     @property
     def lag(self) -> int | None:
         return None if self.position is None or self.end is None else max(0, self.end - self.position)
+
+
+@dataclass(frozen=True)
+class NotReady:
+    """Registered partitions of one metadata partition that are not ready yet, and why."""
+
+    metadata_partition: int
+    partitions: list[TopicIdPartition]
+    reason: str  # what they wait for, e.g. "waits for a record after offset 41 of metadata partition 7, which ..."
+    # nothing the topic holds now can make them ready: the records after the last one read all failed, up to
+    # the end; a later record must come (as in Kafka)
+    stuck: bool
+
+    @property
+    def examples(self) -> list[str]:
+        """A few of the partitions (``EXAMPLES``), as TOPIC_ID:TOPIC:PARTITION."""
+        return [partition_text(tp) for tp in self.partitions[:EXAMPLES]]
+
+    def describe(self) -> str:
+        """The partitions (a few named) and what they wait for, in one sentence."""
+        if len(self.partitions) == 1:
+            return f"partition {partition_text(self.partitions[0])} is not ready: it {self.reason}"
+        named = ", ".join(self.examples)
+        more = len(self.partitions) - EXAMPLES
+        return (
+            f"{len(self.partitions)} partitions ({named}{f' and {more} more' if more > 0 else ''}) are not ready: "
+            f"each {self.reason}"
+        )
+
+
+def partition_text(tp: TopicIdPartition) -> str:
+    """A user partition as the command line takes it: TOPIC_ID:TOPIC:PARTITION."""
+    return f"{uuid_to_str(tp.topic_id)}:{tp.topic}:{tp.partition}"
 
 
 @dataclass(frozen=True)
@@ -86,6 +122,7 @@ class ConsumerLedger:
         # metadata partition -> next offset after its last record that was handled or skipped, while the
         # records read after it all failed (Kafka's read offset does not pass a record that threw)
         self.read_before_failures: dict[int, int] = {}
+        self.last_failure: dict[int, tuple[int, str]] = {}  # metadata partition -> its last record that failed, how
         self.ends: dict[int, int] = {}
         self.held: set[int] = set()
         self.behind_since: dict[int, float] = {}  # metadata partition -> since when its end is below its position
@@ -220,10 +257,12 @@ class ConsumerLedger:
         expected = self.positions.get(mp)
         return expected if expected is not None and offset < expected else None
 
-    def read(self, fetch: FetchRead, mp: int, offset: int, failed: bool) -> None:
-        """A record was handled or skipped, or (``failed``) its decoding, routing or handling threw."""
+    def read(self, fetch: FetchRead, mp: int, offset: int, failed: bool, what: str = "failed") -> None:
+        """A record was handled or skipped, or (``failed``) its decoding, routing or handling threw; ``what``
+        became of it then, after "which" ("was quarantined ...")."""
         if failed:
             self.read_before_failures.setdefault(mp, self.positions.get(mp) or BEGINNING)
+            self.last_failure[mp] = offset, what
         else:
             self.read_before_failures.pop(mp, None)
         self.positions[mp] = fetch.read[mp] = offset + 1
@@ -281,6 +320,34 @@ class ConsumerLedger:
     def waiting(self) -> int:
         """How many registered partitions wait for readiness."""
         return sum(len(v) for v in dict(self.pending).values())
+
+    def not_ready(self) -> list[NotReady]:
+        """The registered partitions that wait for readiness, by metadata partition, with what they wait for."""
+        out = []
+        for mp, waiting in sorted(dict(self.pending).items()):
+            targets = dict(waiting)
+            if targets:
+                reason, stuck = self._waits_for(mp, [t for t in targets.values() if t is not None])
+                out.append(NotReady(mp, list(targets), reason, stuck))
+        return out
+
+    def _waits_for(self, mp: int, targets: list[int]) -> tuple[str, bool]:
+        """What the partitions of ``mp`` waiting for the end offsets ``targets`` wait for; whether they are stuck."""
+        where = f"metadata partition {mp}"
+        position, end = self.positions.get(mp), self.ends.get(mp)
+        if position is None:
+            return f"waits for the first fetch of {where} (reading it from the beginning)", False
+        if mp in self.held:
+            return f"waits at offset {position} of {where}, where a hold stops reading it", False
+        if not targets:
+            return f"waits for the end offset of {where}, which the next fetch reports", False
+        target = max(targets)
+        failure = self.last_failure.get(mp)
+        if mp in self.read_before_failures and position >= target and failure is not None:
+            offset, what = failure
+            stuck = end is None or position >= end
+            return f"waits for a record after offset {offset} of {where}, which {what}", stuck
+        return f"reads {where} up to offset {target}: at offset {position}", False
 
     def registered_partitions(self) -> list[TopicIdPartition]:
         return list(dict(self.registered))

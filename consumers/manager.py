@@ -3,6 +3,8 @@ return once the service has applied them (read-your-writes), as Kafka's topic-ba
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import CancelledError, Future
@@ -10,6 +12,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from confluent_kafka import KafkaError, KafkaException
 
+from consumers import view_state
 from consumers.clients import ConfluentClients
 from consumers.config import RlmmConfig
 from consumers.consumer import MetadataConsumer
@@ -17,6 +20,7 @@ from consumers.ledger import NO_BROKER
 from consumers.producer import MetadataProducer
 from consumers.watcher import OffsetWatcher, Position
 from rlmm.errors import (
+    ConsumerStoppedError,
     InvalidMetadataError,
     NotCaughtUpError,
     NotInitializedError,
@@ -39,6 +43,8 @@ from rlmm.records.serde import encode_value
 from rlmm.state.queries import Queries
 from rlmm.state.view import View
 
+log = logging.getLogger(__name__)
+
 REGISTRATION_WAIT_S = 5.0  # how long a registration waits for the consumer to carry it out
 
 
@@ -48,7 +54,7 @@ class RemoteLogMetadataManager:
 
     def __init__(self, view: View, config: RlmmConfig, partitions: Iterable[TopicIdPartition] = ()) -> None:
         self.view = view
-        self.config = config
+        self.config = config = with_view_partition_count(config, view)
         self.watcher = OffsetWatcher()
         self.consumer = MetadataConsumer(view, config, self.watcher, ConfluentClients(config), partitions)
         self._producer: MetadataProducer | None = None
@@ -90,10 +96,11 @@ class RemoteLogMetadataManager:
         """``full``: these are every partition the broker follows; its registrations of others end. Returns once
         the consumer registered them (reads then answer that they load, as Kafka's), or after
         ``REGISTRATION_WAIT_S`` while it cannot yet (the broker not reached): they stay queued."""
-        self.consumer.register([*leaders, *followers], _holder(broker_id), full=full).wait(REGISTRATION_WAIT_S)
+        registered = self.consumer.register([*leaders, *followers], _holder(broker_id), full=full)
+        self.consumer.wait_done(registered, REGISTRATION_WAIT_S)
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition], broker_id: int | None = None) -> None:
-        self.consumer.unregister(partitions, _holder(broker_id)).wait(REGISTRATION_WAIT_S)
+        self.consumer.wait_done(self.consumer.unregister(partitions, _holder(broker_id)), REGISTRATION_WAIT_S)
 
     # ---- writes -------------------------------------------------------------------------------------
 
@@ -177,13 +184,21 @@ class RemoteLogMetadataManager:
 
     def wait_positions(self, positions: Mapping[int, int], timeout: float) -> None:
         """Return once the view has applied every position (metadata partition -> offset), a record that could not
-        be applied included; else raise ``NotCaughtUpError`` after ``timeout`` s."""
+        be applied included; else raise ``NotCaughtUpError`` after ``timeout`` s, or ``ConsumerStoppedError`` as soon
+        as the consumer stopped for good before."""
         deadline = time.monotonic() + timeout
         for mp, offset in positions.items():
             try:
                 applied = self._applied_within(mp, offset, deadline - time.monotonic())
             except WriteNotAppliedError:
                 continue
+            except ServiceStoppedError:
+                raise
+            except Exception as exc:  # the consumer's failure, which ended every wait
+                raise ConsumerStoppedError(
+                    f"the metadata consumer stopped ({exc}) before this server applied {self.config.topic}-{mp}@"
+                    f"{offset}, which the read must see (rlmm-read-after)"
+                ) from exc
             if not applied:
                 raise NotCaughtUpError(
                     f"this server has not applied {self.config.topic}-{mp}@{offset}, which the read must see "
@@ -232,6 +247,22 @@ class RemoteLogMetadataManager:
             "counters": self.view.counters(),
             "producer_failure": None if self._producer is None else self._producer.failure,
         }
+
+
+def with_view_partition_count(config: RlmmConfig, view: View) -> RlmmConfig:
+    """``config``, with the metadata topic's partition count the view records where the configuration does not set
+    one (a view restored from a snapshot of a topic of 10 partitions is consumed with 10, not the default 50). A count
+    that is set and differs is left for the consumer to refuse."""
+    recorded = view_state.num_partitions_of(view.consumer_state())
+    if config.num_partitions_given or recorded is None or recorded == config.num_partitions:
+        return config
+    log.info(
+        "the view records a metadata topic of %d partitions: consuming with remote.log.metadata.topic.num.partitions "
+        "= %d (not set)",
+        recorded,
+        recorded,
+    )
+    return dataclasses.replace(config, num_partitions=recorded)
 
 
 def _holder(broker_id: int | None) -> int:

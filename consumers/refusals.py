@@ -51,6 +51,14 @@ def why(result: ApplyResult) -> str:
     return f"{where}: Kafka throws {result.error}{cause}"
 
 
+def what_failed(result: ApplyResult) -> str:
+    """What became of a record whose decoding, routing or handling threw, said after "which"."""
+    cause = f", caused by {result.cause}" if result.cause else ""
+    if result.stage == "deserialize":
+        return f"was quarantined (it does not decode: Kafka throws {result.error}{cause}; rlmm quarantine lists it)"
+    return f"could not be applied ({why(result)})"
+
+
 def describe_value(value: bytes | None) -> str:
     """The record a consumed value holds: its type, state, segment id and user partition."""
     if value is None:

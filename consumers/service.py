@@ -1,17 +1,20 @@
 """Running the manager as a process (``rlmm consume``): partitions from the command line, status lines
-while it runs, a clean stop on SIGTERM/SIGINT."""
+while it runs, a clean stop on SIGTERM/SIGINT, deadlines for reaching the topic and for readiness."""
 
 from __future__ import annotations
 
 import json
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
 from consumers.config import RlmmConfig
+from consumers.consumer import MetadataConsumer
 from consumers.manager import RemoteLogMetadataManager
+from rlmm.errors import ConsumerStoppedError, ServiceStoppedError
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.uuid import uuid_from_str
 from rlmm.state.view import View, reset_view
@@ -48,17 +51,30 @@ def run(
     exit_when_ready: bool,
     emit: Callable[[dict], None],
     reset: bool = False,
-) -> BaseException | None:
+    *,
+    ready_timeout: float | None = None,
+    connect_timeout: float | None = None,
+) -> str | None:
     """Consume until SIGTERM/SIGINT (or, with ``exit_when_ready``, until every registered partition is
     ready); emit a JSON-able status every ``status_every`` s. ``reset``: set the view aside first and
-    consume into a fresh one (``reset_view``). Returns why the consumer failed, if it did."""
+    consume into a fresh one (``reset_view``). Returns why it ended badly, if it did: the consumer failed,
+    the metadata topic was not reached within ``connect_timeout`` s, or (``exit_when_ready``) a partition was
+    not ready within ``ready_timeout`` s, with what it waits for."""
     stop = threading.Event()
+    woken: list[Callable[[], None]] = []  # the consumer's waits, to wake on a signal
+
+    def on_signal(*_: object) -> None:
+        stop.set()
+        for wake in woken:
+            wake()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     if reset:
         partitions = partitions + reset_view(view_dir)
     with View(view_dir) as view, RemoteLogMetadataManager(view, config, partitions) as rlmm:
         consumer = rlmm.consumer
+        woken.append(consumer.wake)
         emit(
             {
                 "event": "started",
@@ -66,14 +82,53 @@ def run(
                 "registered": len(consumer.registered()),
             }
         )
-        while not stop.is_set() and consumer.failure is None:
-            if exit_when_ready and consumer.wait_ready(None, timeout=status_every):
-                break
-            if not exit_when_ready:
-                stop.wait(status_every)
-            emit({"event": "status", **rlmm.status()})
+        started = time.monotonic()
+        ready_timeout = ready_timeout if exit_when_ready else None
+        problem = None
+        try:
+            while not stop.is_set():
+                elapsed = time.monotonic() - started
+                problem, next_deadline = _deadlines(consumer, elapsed, ready_timeout, connect_timeout)
+                if problem is not None:
+                    break
+                consumer.wait_until(
+                    lambda: stop.is_set() or (exit_when_ready and consumer.all_ready), min(status_every, next_deadline)
+                )
+                if exit_when_ready and consumer.all_ready:
+                    break
+                emit({"event": "status", **rlmm.status()})
+        except (ConsumerStoppedError, ServiceStoppedError) as exc:
+            problem = str(exc)
         emit({"event": "stopped", **rlmm.status()})
-    return consumer.failure
+    return problem
+
+
+def _deadlines(
+    consumer: MetadataConsumer, elapsed: float, ready_timeout: float | None, connect_timeout: float | None
+) -> tuple[str | None, float]:
+    """What missed its deadline ``elapsed`` s after the start, if anything; else the seconds to the next deadline."""
+    left = []
+    if connect_timeout is not None and not consumer.wait_initialized(0):
+        if elapsed >= connect_timeout:
+            detail = consumer.connection_problem or f"no answer from {consumer.config.bootstrap_servers}"
+            return (
+                f"the metadata topic was not reached within --connect-timeout ({connect_timeout:g} s): {detail}; "
+                f"check --bootstrap-server and that the brokers run"
+            ), 0.0
+        left.append(connect_timeout - elapsed)
+    if ready_timeout is not None:
+        if elapsed >= ready_timeout:
+            return f"after --timeout ({ready_timeout:g} s), {_not_ready(consumer)}", 0.0
+        left.append(ready_timeout - elapsed)
+    return None, min(left, default=float("inf"))
+
+
+def _not_ready(consumer: MetadataConsumer) -> str:
+    """What the registered partitions that are not ready wait for."""
+    if not consumer.initialized:
+        why = consumer.connection_problem or "the metadata topic has not been reached yet"
+        return f"the registered partitions are not ready: {why}"
+    return "; ".join(waits.describe() for waits in consumer.not_ready()) or "the partitions are being marked ready"
 
 
 def emit_json(out: TextIO) -> Callable[[dict], None]:

@@ -1,6 +1,7 @@
 """Read-your-writes: futures that complete once the view has applied a given offset of a metadata
 partition. The consumer reports each committed batch; waiters are woken then, never by polling. A record
-whose applying failed (Kafka's handler throws on it) fails its waiter with the error the consumer gives."""
+whose applying failed (Kafka's handler throws on it) fails its waiter with the error the consumer gives. Once
+the consumer stopped (``fail_all``), a wait for an offset not applied fails at once with the stop's cause."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class OffsetWatcher:
         self._waiting: dict[int, list[tuple[int, int, Future[None]]]] = {}  # heap of (offset, seq, future)
         self._failed: dict[int, dict[int, BaseException]] = {}  # metadata partition -> offset -> error, oldest first
         self._seq = itertools.count()
+        self._stopped: BaseException | None = None  # why every wait for an offset not applied fails now
 
     def applied_up_to(
         self, metadata_partition: int, next_offset: int, failed: Mapping[int, BaseException] | None = None
@@ -58,6 +60,8 @@ class OffsetWatcher:
         with self._lock:
             if offset < self._applied.get(metadata_partition, 0):
                 _complete(future, self._failed.get(metadata_partition, {}).get(offset))
+            elif self._stopped is not None:
+                _complete(future, self._stopped)
             else:
                 heapq.heappush(self._waiting.setdefault(metadata_partition, []), (offset, next(self._seq), future))
         return future
@@ -72,9 +76,11 @@ class OffsetWatcher:
             return sum(len(heap) for heap in self._waiting.values())
 
     def fail_all(self, error: BaseException) -> None:
-        """Wake every waiter with ``error`` (the service stops)."""
+        """Wake every waiter, and fail every later wait for an offset not applied, with ``error`` (the consumer
+        stopped; the first cause given is kept)."""
         with self._lock:
             waiting, self._waiting = self._waiting, {}
+            self._stopped = self._stopped or error
         for heap in waiting.values():
             for _, _, future in heap:
                 _complete(future, error)

@@ -221,6 +221,19 @@ DEV_BROKER = "the local broker of --dev-broker"  # bootstrap servers until it ha
 )
 @click.option("--exit-when-ready", is_flag=True, help="Stop once every registered partition is ready.")
 @click.option(
+    "--timeout",
+    "ready_timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="With --exit-when-ready: exit 1 after this many seconds if a partition is not ready yet, saying what it "
+    "waits for (default: wait for ever).",
+)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Exit 1 if the metadata topic is not reached within this many seconds from the start (default: retry "
+    "for ever, as the service does).",
+)
+@click.option(
     "--reset",
     is_flag=True,
     help="Set the existing view aside (VIEW.reset-TIMESTAMP, nothing is deleted) and consume the topic "
@@ -233,6 +246,8 @@ def consume(
     partitions_file,
     status_every: float,
     exit_when_ready: bool,
+    ready_timeout: float | None,
+    connect_timeout: float | None,
     reset: bool,
     **flags,
 ) -> None:
@@ -242,13 +257,16 @@ def consume(
     view, Kafka, the partitions and the logs. Prints JSON lines on stdout: "started" (the positions read
     from the view: history is not read again), "status" every --status-every seconds (lag per metadata
     partition, readiness, counters) and "stopped". Exit code 1 when the consumer failed (e.g. the topic's
-    partition count differs from remote.log.metadata.topic.num.partitions)."""
+    partition count differs from remote.log.metadata.topic.num.partitions), when the topic was not reached within
+    --connect-timeout, or when a partition was not ready within --timeout (the line says what it waits for)."""
     from consumers.broker import LocalBroker
     from consumers.service import emit_json, read_partitions, run
     from rlmm.errors import BrokerError
 
     if dev_broker and flags["bootstrap_servers"]:
         raise click.UsageError("give either --bootstrap-server or --dev-broker")
+    if ready_timeout is not None and not exit_when_ready:
+        raise click.UsageError("--timeout bounds the wait of --exit-when-ready: give both")
     if dev_broker:
         flags["bootstrap_servers"] = DEV_BROKER
     settings = settings_from_command_line(config_file, kafka, {"log_format": "text"}, **flags)
@@ -271,14 +289,22 @@ def consume(
         if broker is not None:
             config = dataclasses.replace(config, bootstrap_servers=broker.bootstrap_servers)
         with view_errors(settings.view):
-            failure = run(
-                settings.view, config, partitions, status_every, exit_when_ready, emit_json(sys.stdout), reset
+            problem = run(
+                settings.view,
+                config,
+                partitions,
+                status_every,
+                exit_when_ready,
+                emit_json(sys.stdout),
+                reset,
+                ready_timeout=ready_timeout,
+                connect_timeout=connect_timeout,
             )
     finally:
         if broker is not None:
             broker.stop()
-    if failure is not None:
-        raise Failure(f"the consumer stopped: {failure}")
+    if problem is not None:
+        raise Failure(problem)
 
 
 @main.command()

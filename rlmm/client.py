@@ -303,11 +303,7 @@ class RlmmClient:
         out = {field.name: getattr(response, field.name) for field in response.DESCRIPTOR.fields}
         out["counters"] = dict(response.counters)
         out["metadata_partitions"] = [
-            {
-                f.name: getattr(mp, f.name) if not f.has_presence or mp.HasField(f.name) else None
-                for f in mp.DESCRIPTOR.fields
-            }
-            for mp in response.metadata_partitions
+            {f.name: _field_value(mp, f) for f in mp.DESCRIPTOR.fields} for mp in response.metadata_partitions
         ]
         return out
 
@@ -315,6 +311,13 @@ class RlmmClient:
         """The grpc.health.v1 status of ``service`` ("" is the whole server): SERVING, NOT_SERVING, ..."""
         response = self._call(self._health.Check, health_pb2.HealthCheckRequest(service=service))
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+
+def _field_value(message, field):
+    """A field of a message as JSON: None when an optional field is unset, a list for a repeated one."""
+    if field.is_repeated:
+        return list(getattr(message, field.name))
+    return getattr(message, field.name) if not field.has_presence or message.HasField(field.name) else None
 
 
 def _refuse_unknown_tags(record: SegmentMetadata | SegmentUpdate | PartitionDelete) -> None:

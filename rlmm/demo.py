@@ -258,7 +258,8 @@ def _wait_ingest(progress, client, produced: int, timeout: float) -> None:
     ingest = progress.add_task("service consuming into its view", total=produced)
     deadline = time.monotonic() + timeout
     while True:
-        consumed = _applied(client.status())
+        status = _consuming(client.status())
+        consumed = _applied(status)
         progress.update(ingest, completed=min(consumed, produced))
         if consumed >= produced:
             return
@@ -270,9 +271,16 @@ def _wait_ingest(progress, client, produced: int, timeout: float) -> None:
 def _wait_ready(progress, client, live: list, timeout: float) -> float:
     """Milliseconds until every partition in ``live`` is ready."""
     ready_wait = progress.add_task("waiting for readiness", total=len(live))
+    from rlmm.errors import CallError
+
     ready_start = time.perf_counter()
-    if not client.wait_ready(live, timeout):
-        raise DemoError("not every (undeleted) partition became ready")
+    try:
+        ready = client.wait_ready(live, timeout)
+    except CallError as exc:  # the service's consumer stopped (not retried)
+        raise DemoError(f"the service stopped answering readiness: {exc}") from None
+    if not ready:
+        waiting = [mp["not_ready_reason"] for mp in client.status()["metadata_partitions"] if mp["not_ready_reason"]]
+        raise DemoError(f"not every (undeleted) partition became ready: {'; '.join(waiting) or 'none waits now'}")
     progress.update(ready_wait, completed=len(live))
     return (time.perf_counter() - ready_start) * 1000.0
 
@@ -325,7 +333,9 @@ def _wait_topic(client, config, metadata_partitions: int, timeout: float) -> Non
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
     deadline = time.monotonic() + timeout
     while True:
-        if client.health() == "SERVING":
+        if client.health() != "SERVING":
+            _consuming(client.status())
+        else:
             topic = admin.list_topics(topic=config.topic, timeout=5).topics.get(config.topic)
             if topic is not None and topic.error is None and len(topic.partitions) == metadata_partitions:
                 return
@@ -349,6 +359,13 @@ def _send(producer, metadata_partition: int, value: bytes, timeout: float):
             if code not in (KafkaError._UNKNOWN_PARTITION, KafkaError._QUEUE_FULL) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def _consuming(status: dict) -> dict:
+    """The service's status, while its consumer runs; a ``DemoError`` with its failure once it stopped."""
+    if not status["consumes"] and status["failure"]:
+        raise DemoError(f"the service's consumer stopped: {status['failure']}")
+    return status
 
 
 def _applied(status: dict) -> int:

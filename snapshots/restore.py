@@ -160,7 +160,9 @@ def restore(
                 next_tpid=counts["partitions"],
                 metadata_offsets=offsets,
                 quarantine=quarantine,
-                consumer_state=view_state.view_state(topic_id, manifest_rereads(manifest)),
+                consumer_state=view_state.view_state(
+                    topic_id, manifest_rereads(manifest), manifest.get("num_metadata_partitions")
+                ),
             )
         shutil.rmtree(sst_dir, ignore_errors=True)
         if db.exists():

@@ -233,7 +233,8 @@ def test_a_partition_registered_later_is_loaded_from_the_beginning(rlmm_config, 
         assert [s.segment_id for s in rlmm.queries.list_epoch_segments(TP, 0)] == mine
         assert rlmm.queries.is_ready(TP)  # stays ready while its metadata partition is read again
         assert rlmm.status()["counters"] == {"applied": 6, "skipped:not_assigned": 2, "skipped:already_processed": 4}
-        assert _without_holders(view.consumer_state()) == [b"topic_id"]  # the reading again is finished
+        # the reading again is finished
+        assert _without_holders(view.consumer_state()) == [b"num_partitions", b"topic_id"]
         assert view.metadata_offsets() == {mp: 5}
 
 
@@ -254,7 +255,7 @@ def test_a_reading_again_cut_short_starts_over_after_a_restart(rlmm_config, tmp_
     with View(tmp_path / "view") as view, RemoteLogMetadataManager(view, config) as rlmm:
         assert rlmm.consumer.wait_ready([other], timeout=30)
         assert [s.segment_id for s in rlmm.queries.list_epoch_segments(other, 0)] == theirs
-        assert _without_holders(view.consumer_state()) == [b"topic_id"]
+        assert _without_holders(view.consumer_state()) == [b"num_partitions", b"topic_id"]
 
 
 def test_a_topic_with_another_partition_count_is_refused(rlmm_config, tmp_path) -> None:

@@ -132,7 +132,8 @@ def test_killed_consumer_restarts_where_it_was(rlmm_config, tmp_path) -> None:
 
     with View(tmp_path / "view") as view, clean_replay(tmp_path / "clean", load.user_partitions(), stream) as clean:
         assert _without_holders(view.consumer_state()) == [
-            b"topic_id"
+            b"num_partitions",
+            b"topic_id",
         ]  # the consumer's bookkeeping: no reading again left
         for cf in K.COLUMN_FAMILIES:
             items = [(key, value) for key, value in view.items(cf) if not key.startswith(CONSUMER_STATE_PREFIX)]

@@ -7,7 +7,15 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from consumers.ledger import BEHIND_GRACE_S, ConsumerLedger, FetchRead, Progress, Reassignment, Registration
+from consumers.ledger import (
+    BEHIND_GRACE_S,
+    ConsumerLedger,
+    FetchRead,
+    NotReady,
+    Progress,
+    Reassignment,
+    Registration,
+)
 from rlmm.records import TopicIdPartition
 
 A = TopicIdPartition(bytes(range(16)), "orders", 0)
@@ -144,6 +152,68 @@ def test_readiness(steps: list[Step], ready: list[TopicIdPartition], position: i
     assert became_ready == ready
     assert ledger.waiting() == len(ledger.registered) - len(ready)
     assert ledger.progress()[0].position == position
+
+
+@pytest.mark.parametrize(
+    ("steps", "reason", "stuck"),
+    [
+        pytest.param(
+            [Register(A)],
+            "waits for the first fetch of metadata partition 0 (reading it from the beginning)",
+            False,
+            id="registered-not-fetched-yet",
+        ),
+        pytest.param(
+            [Register(A), Fetch(ok=range(5), high=10)],
+            "reads metadata partition 0 up to offset 10: at offset 5",
+            False,
+            id="catching-up",
+        ),
+        pytest.param(
+            [Register(A), Fetch(ok=range(9), failed=(9,), high=10)],
+            "waits for a record after offset 9 of metadata partition 0, which failed",
+            True,
+            id="the-metadata-partition-ends-with-a-record-that-threw",
+        ),
+        pytest.param(
+            [Register(A), Fetch(ok=range(8), failed=(8, 9), high=10), Fetch(eof=10, high=10)],
+            "waits for a record after offset 9 of metadata partition 0, which failed",
+            True,
+            id="the-last-of-several-that-threw-is-named",
+        ),
+        pytest.param(
+            [Register(A), Fetch(ok=range(9), failed=(9,), high=10), Fetch(failed=(10,), high=12)],
+            "waits for a record after offset 10 of metadata partition 0, which failed",
+            False,
+            id="not-stuck-while-records-are-left-to-read",
+        ),
+        pytest.param(
+            [Hold({0: 5}), Register(A), Fetch(ok=range(10), high=10)],
+            "waits at offset 5 of metadata partition 0, where a hold stops reading it",
+            False,
+            id="held",
+        ),
+    ],
+)
+def test_what_a_partition_that_is_not_ready_waits_for(steps: list[Step], reason: str, stuck: bool) -> None:
+    ledger, _ = run(steps)
+    assert ledger.not_ready() == [NotReady(0, [A], reason, stuck)]
+
+
+def test_ready_partitions_wait_for_nothing_and_waiting_ones_are_named_together() -> None:
+    ledger, _ = run([Register(A), Fetch(eof=0, high=0)])
+    assert ledger.not_ready() == []
+    ledger, _ = run([Register(A), Register(B), Fetch(ok=range(3), failed=(3,), high=4)])
+    [waits] = ledger.not_ready()
+    assert waits.describe() == (
+        "2 partitions (AAECAwQFBgcICQoLDA0ODw:orders:0, AAECAwQFBgcICQoLDA0ODw:orders:1) are not ready: "
+        "each waits for a record after offset 3 of metadata partition 0, which failed"
+    )
+    [single] = restored({0: 41}, (A, False)).not_ready()  # a restart: the end offset comes with the first fetch
+    assert single.describe() == (
+        "partition AAECAwQFBgcICQoLDA0ODw:orders:0 is not ready: it waits for the end offset of metadata partition 0, "
+        "which the next fetch reports"
+    )
 
 
 def restored(applied: dict[int, int], *partitions: tuple[TopicIdPartition, bool], reread: int | None = None):

@@ -89,6 +89,7 @@ def test_the_configuration_reference_has_every_setting() -> None:
         assert f"| `{setting.name}` |" in doc and setting.meaning, setting.name
     kafka_fields = {f.name for f in dataclasses.fields(RlmmConfig)} - {
         "bootstrap_servers",
+        "num_partitions_given",  # whether num_partitions was set: not a setting of its own
         "common_client",
         "producer",
         "consumer",

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,7 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
         assert query(port, "health") == (0, "SERVING")
         code, status = query(port, "status")
         assert code == 0 and status["consumes"] and status["counters"]["applied"] == 2 and status["segments"] == 1
+        assert status["version"] == version("rlmm")
         code, error = query(port, "size", text(new_tp("unknown")))
         assert (
             code == 1
@@ -125,6 +127,7 @@ def test_serve_query_metrics_and_sigterm(kafka, tmp_path) -> None:
             "rlmm_view_reads_run_again_total 0.0",
             "rlmm_view_reads_holding_commits_total 0.0",
             'rlmm_view_apply_seconds_total{stage="write"}',
+            f'rlmm_build_info{{version="{version("rlmm")}"}} 1.0',
         ):
             assert line in scraped, line
         process.send_signal(signal.SIGTERM)

@@ -61,10 +61,11 @@ def test_export_restore_round_trip(snapshot, tmp_path):
 
 
 def test_the_consumers_state_goes_with_an_exported_snapshot(snapshot, tmp_path):
-    """The topic's id and a reading again under way (a partition registered after its metadata partition was
-    read): a view restored from the export checks the topic and finishes the reading, instead of following
-    any topic of the name and taking that partition as caught up after the highest offset read."""
-    state = view_state.view_state("AaIbMzBQfiOdjsFwZ+WkJQ", {2: 15})
+    """The topic's id and partition count, and a reading again under way (a partition registered after its metadata
+    partition was read): a view restored from the export checks the topic, consumes with its count and finishes the
+    reading, instead of following any topic of the name and taking that partition as caught up after the highest
+    offset read."""
+    state = view_state.view_state("AaIbMzBQfiOdjsFwZ+WkJQ", {2: 15}, 5)
     with View(tmp_path / "live") as live, live.batch() as batch:
         for key, value in state.items():
             batch.put_consumer_state(key, value)

@@ -217,7 +217,7 @@ def run(
                     "event": "serving",
                     "port": servers[0].port,
                     "metrics_port": metrics_port,
-                    "consumes": manager is not None,
+                    "consumes": backend.consumes,
                     "pid": os.getpid(),
                 }
             )

@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from consumers.ledger import NotReady, Progress
 from consumers.manager import RemoteLogMetadataManager
 from rlmm.errors import ConsumerStoppedError, NoKafkaError, NotCaughtUpError, ViewDamaged, ViewError
 from rlmm.state import keys as K
 from rlmm.state.queries import Queries
 from rlmm.state.rows import PartitionRow
 from rlmm.state.view import View
+from rlmm.version import rlmm_version
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +23,9 @@ class MetadataPartitionStatus:
     applied_offset: int | None
     end_offset: int | None
     lag: int | None
+    not_ready_partitions: int = 0  # registered partitions of it that are not ready
+    not_ready_reason: str = ""  # what they wait for
+    not_ready_examples: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +38,7 @@ class Status:
     loading_partitions: int
     segments: int
     counters: dict[str, int] = field(default_factory=dict)
+    version: str = field(default_factory=rlmm_version)
 
     @property
     def quarantined(self) -> int:
@@ -99,7 +105,8 @@ class Backend:
 
     @property
     def consumes(self) -> bool:
-        return self._manager is not None
+        """The consumer runs now (not without Kafka, nor once it stopped or failed)."""
+        return self._manager is not None and self._manager.consumer.running
 
     def manager(self) -> RemoteLogMetadataManager:
         """The manager, for writes and registrations; a server without Kafka refuses them."""
@@ -128,6 +135,8 @@ class Backend:
         failure = self.view.fault or (None if consumer is None else consumer.failure)
         if failure is not None:
             return f"{type(failure).__name__}: {failure}"
+        if consumer is not None and consumer.stopped:
+            return "ServiceStoppedError: the metadata consumer was stopped (the server stops)"
         if consumer is not None and consumer.storage_failure is not None:
             return f"ViewStorageFailed: {consumer.storage_failure}"
         producer_failure = self._producer_failure()
@@ -155,8 +164,10 @@ class Backend:
 
     def status(self) -> Status:
         """What the view and the consumer say; a view that fails to read gives its failure and no rows."""
-        progress = {} if self._manager is None else self._manager.consumer.progress()
-        consumes = self._manager is not None and self._manager.consumer.failure is None
+        consumer = None if self._manager is None else self._manager.consumer
+        progress = {} if consumer is None else consumer.progress()
+        waiting = {} if consumer is None else {waits.metadata_partition: waits for waits in consumer.not_ready()}
+        consumes = self.consumes
         try:
             rows = [PartitionRow.unpack(raw) for _, raw in self.view.items(K.PARTITIONS)]
             applied = self.view.metadata_offsets()
@@ -165,10 +176,8 @@ class Backend:
             return Status.unreadable(f"{type(exc).__name__}: {exc}", consumes)
         live = [row for row in rows if row.assigned and not row.removed]
         partitions = [
-            MetadataPartitionStatus(
-                mp, applied.get(mp), getattr(progress.get(mp), "end", None), getattr(progress.get(mp), "lag", None)
-            )
-            for mp in sorted(applied.keys() | progress.keys())
+            _partition_status(mp, applied.get(mp), progress.get(mp), waiting.get(mp))
+            for mp in sorted(applied.keys() | progress.keys() | waiting.keys())
         ]
         return Status(
             serving=self.serving(),
@@ -180,3 +189,12 @@ class Backend:
             segments=sum(row.segment_count for row in live),
             counters=counters,
         )
+
+
+def _partition_status(
+    mp: int, applied: int | None, progress: Progress | None, waits: NotReady | None
+) -> MetadataPartitionStatus:
+    end, lag = (None, None) if progress is None else (progress.end, progress.lag)
+    if waits is None:
+        return MetadataPartitionStatus(mp, applied, end, lag)
+    return MetadataPartitionStatus(mp, applied, end, lag, len(waits.partitions), waits.reason, waits.examples)

@@ -7,13 +7,14 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, PlatformCollector, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Info, PlatformCollector, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from rlmm.errors import TopicChangedError
 from rlmm.server.backend import Backend
 from rlmm.server.call_stats import CallStats
+from rlmm.version import rlmm_version
 
 # sub-millisecond resolution: a unary call takes a fraction of a millisecond here
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120)
@@ -24,6 +25,7 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes...
         PlatformCollector(registry=self.registry)  # python_info
+        Info("rlmm_build", "rlmm's version", registry=self.registry).info({"version": rlmm_version()})
         self._calls = CallStats(
             ("rlmm_grpc_requests", "gRPC calls handled, by method and status code"),
             ("rlmm_grpc_request_duration_seconds", "Time to handle a gRPC call, by method"),

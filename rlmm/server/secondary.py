@@ -172,6 +172,7 @@ class SecondaryBackend(Backend):
         """Catch up until the view holds every position the primary has committed, within ``timeout`` s."""
         deadline = time.monotonic() + timeout
         while True:
+            self._check_trusted()  # the primary's consumer stopped (or the primary is gone): no use waiting
             self.freshness.ensure()
             behind = not_applied(self.view, positions)
             if behind is None:
@@ -185,7 +186,8 @@ class SecondaryBackend(Backend):
 
     @property
     def consumes(self) -> bool:
-        return self.primary.kafka
+        """The primary's consumer runs now."""
+        return self.primary.kafka and self.primary.state.consumes
 
     def manager(self) -> PrimaryManager:  # type: ignore[override]  # the manager's writes, forwarded
         if not self.primary.kafka:
@@ -216,6 +218,7 @@ class SecondaryBackend(Backend):
             loading_partitions=status["loading_partitions"],
             segments=status["segments"],
             counters=status["counters"],
+            version=status["version"],
         )
 
 

@@ -390,7 +390,13 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
             failure=status.failure or "",
             metadata_partitions=[
                 api.MetadataPartitionStatus(
-                    partition=mp.partition, applied_offset=mp.applied_offset, end_offset=mp.end_offset, lag=mp.lag
+                    partition=mp.partition,
+                    applied_offset=mp.applied_offset,
+                    end_offset=mp.end_offset,
+                    lag=mp.lag,
+                    not_ready_partitions=mp.not_ready_partitions,
+                    not_ready_reason=mp.not_ready_reason,
+                    not_ready_examples=mp.not_ready_examples,
                 )
                 for mp in status.metadata_partitions
             ],
@@ -399,6 +405,7 @@ class RlmmServicer(service_pb2_grpc.RemoteLogMetadataServiceServicer):
             loading_partitions=status.loading_partitions,
             counters=status.counters,
             segments=status.segments,
+            version=status.version,
         )
 
 

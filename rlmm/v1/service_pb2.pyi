@@ -262,7 +262,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("serving", "consumes", "failure", "metadata_partitions", "quarantined", "registered_partitions", "loading_partitions", "counters", "segments")
+    __slots__ = ("serving", "consumes", "failure", "metadata_partitions", "quarantined", "registered_partitions", "loading_partitions", "counters", "segments", "version")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -279,6 +279,7 @@ class GetStatusResponse(_message.Message):
     LOADING_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     serving: bool
     consumes: bool
     failure: str
@@ -288,16 +289,23 @@ class GetStatusResponse(_message.Message):
     loading_partitions: int
     counters: _containers.ScalarMap[str, int]
     segments: int
-    def __init__(self, serving: _Optional[bool] = ..., consumes: _Optional[bool] = ..., failure: _Optional[str] = ..., metadata_partitions: _Optional[_Iterable[_Union[MetadataPartitionStatus, _Mapping]]] = ..., quarantined: _Optional[int] = ..., registered_partitions: _Optional[int] = ..., loading_partitions: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., segments: _Optional[int] = ...) -> None: ...
+    version: str
+    def __init__(self, serving: _Optional[bool] = ..., consumes: _Optional[bool] = ..., failure: _Optional[str] = ..., metadata_partitions: _Optional[_Iterable[_Union[MetadataPartitionStatus, _Mapping]]] = ..., quarantined: _Optional[int] = ..., registered_partitions: _Optional[int] = ..., loading_partitions: _Optional[int] = ..., counters: _Optional[_Mapping[str, int]] = ..., segments: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
 
 class MetadataPartitionStatus(_message.Message):
-    __slots__ = ("partition", "applied_offset", "end_offset", "lag")
+    __slots__ = ("partition", "applied_offset", "end_offset", "lag", "not_ready_partitions", "not_ready_reason", "not_ready_examples")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
+    NOT_READY_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    NOT_READY_REASON_FIELD_NUMBER: _ClassVar[int]
+    NOT_READY_EXAMPLES_FIELD_NUMBER: _ClassVar[int]
     partition: int
     applied_offset: int
     end_offset: int
     lag: int
-    def __init__(self, partition: _Optional[int] = ..., applied_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+    not_ready_partitions: int
+    not_ready_reason: str
+    not_ready_examples: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, partition: _Optional[int] = ..., applied_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., not_ready_partitions: _Optional[int] = ..., not_ready_reason: _Optional[str] = ..., not_ready_examples: _Optional[_Iterable[str]] = ...) -> None: ...
