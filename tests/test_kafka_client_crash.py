@@ -218,7 +218,7 @@ def test_serve_and_consume_outlive_the_topic_deleted_under_them(kafka, tmp_path)
         rlmm.close()
 
         assert consume.returncode == 1, (consume.returncode, err[-3000:])  # not a silent -11
-        assert err.splitlines()[-1].startswith("error: the consumer stopped: "), err[-3000:]
+        assert err.splitlines()[-1].startswith("error: the metadata consumer stopped: "), err[-3000:]
         assert STOPPED_BECAUSE.search(err.splitlines()[-1]), err[-3000:]
         assert json.loads(out.splitlines()[-1])["event"] == "stopped"
     assert writer.acknowledged, writer.refused
