@@ -76,11 +76,12 @@ class ConsumerProcess:
         self._on_error, self._on_stats = on_error, on_stats
         ours, theirs = socket.socketpair()
         with ours, theirs:
+            # no preexec_fn: it would make subprocess fork() this threaded process and run gRPC's fork handlers
+            # in the child, which can abort it before exec; the child sets its death signal itself
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "consumers.client_process", str(theirs.fileno())],
+                [sys.executable, "-m", "consumers.client_process", str(theirs.fileno()), str(os.getpid())],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent,
             )
             self._conn = Connection(os.dup(ours.fileno()))
         self._closed = False
@@ -271,11 +272,15 @@ def serve(conn: Connection) -> None:
 
 
 def main() -> None:
+    fd, parent = int(sys.argv[1]), int(sys.argv[2])
+    die_with_parent()
+    if os.getppid() != parent:
+        return  # the parent went away before the death signal was set
     # the parent stops the client (close, or by going away): a Ctrl-C to the process group is not for us
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING)
-    serve(Connection(int(sys.argv[1])))
+    serve(Connection(fd))
 
 
 if __name__ == "__main__":

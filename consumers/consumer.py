@@ -13,11 +13,10 @@
   is right; on Kafka both are right). As in Kafka, a record whose decoding or handling failed is not
   read: it does not count towards that end offset. A restarted consumer withdraws readiness until it
   has caught up.
-* The topic must stay the one the view was built from. Its id (stored in the view on first sight) and
-  partition count are checked at start, every ``TOPIC_CHECK_S`` and before anything is applied after the
-  connection to the broker broke; a record below the position the consumer expects, or an end offset
-  that stays below it, means the offsets went backwards. Any of these stops the consumer with a
-  ``TopicChangedError`` before the batch that showed it is applied: a view never mixes two histories.
+* The topic must stay the one the view was built from (``consumers/topic_guard.py`` checks its id and
+  partition count); a record below the position the consumer expects, or an end offset that stays below it,
+  means the offsets went backwards. Any of these stops the consumer with a ``TopicChangedError`` before the
+  batch that showed it is applied: a view never mixes two histories.
 * Registration changes, holds and the Kafka client are handled by the consumer's own thread only. The
   consumer is given its Kafka clients (``consumers/clients.py``: a factory, as a restart builds new ones).
   Its bookkeeping per metadata partition (registrations, positions, end offsets, holds, readiness) is a
@@ -33,12 +32,10 @@
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import queue
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -46,21 +43,21 @@ from confluent_kafka.admin import AdminClient
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from consumers import view_state
+from consumers.broker_contact import BrokerContact
 from consumers.client_process import ConsumerProcess, FetchedMessage
 from consumers.clients import KafkaClients
 from consumers.config import RlmmConfig
 from consumers.ledger import BEGINNING, NO_BROKER, ConsumerLedger, FetchRead, NotReady, Progress
 from consumers.ratelog import RateLimitedLog
 from consumers.refusals import RefusalLog, what_failed, why
-from consumers.topic import describe_topic, ensure_topic
+from consumers.topic import ensure_topic
+from consumers.topic_guard import TopicGuard
 from consumers.watcher import OffsetWatcher
 from rlmm.errors import (
     ConsumerStoppedError,
     KafkaClientCrashed,
     KafkaSideError,
     ServiceStoppedError,
-    TopicChangedError,
-    TopicMismatchError,
     ViewDamaged,
     ViewError,
     ViewStorageFailed,
@@ -79,9 +76,6 @@ MAX_RETRY_WAIT_S = 5.0
 INIT_REQUEST_TIMEOUT_S = 5.0  # per admin request while initializing (bounds how long a stop may wait)
 STORAGE_RETRY_S = 0.5  # first wait before writing a view that refused a write again; doubles up to:
 MAX_STORAGE_RETRY_S = 30.0
-UNREACHABLE_AFTER_S = 2.0  # how long no broker may answer before the status says so
-TOPIC_CHECK_S = 5.0  # how often the topic's id and partition count are checked while consuming
-TOPIC_CHECK_TIMEOUT_S = 2.0
 WAIT_CHECK_S = 1.0  # how often the consumer looks at which partitions wait for readiness
 WAIT_REPORT_S = 60.0  # how often partitions still waiting for readiness are logged again
 _EOF = KafkaError._PARTITION_EOF
@@ -119,26 +113,22 @@ class MetadataConsumer:
         self._ready_changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="rlmm-consumer", daemon=True)
         self._client: ConsumerProcess | None = None
-        self._broker: tuple[int, float | None] = (0, None)  # brokers up, ms since the last response
+        self._contact = BrokerContact(config.bootstrap_servers)
         self._admin: AdminClient | None = None
         self._refusals = RefusalLog(log)
         self._client_errors = RateLimitedLog(log)
-        self._unreachable: tuple[float, str] | None = None  # since when no broker answers, the last error
-        self.topic_changes: Counter[str] = Counter()  # changes of the topic detected, by kind
         self.storage_failure: str | None = None  # why the view cannot be written now (the consumer waits)
         self.storage_failures = 0  # times writing the view failed and the consumer waited for it
         self._ledger = ConsumerLedger(config.num_partitions, config.assign_all)
+        self._topic = TopicGuard(view, config)
+        self.topic_changes = self._topic.changes  # changes of the topic detected, by kind
         self._reset_state()
 
     def _reset_state(self) -> None:
         """The consumer thread's own state, as a start (or a restart after the view failed) finds it."""
         self._ledger = self._ledger.restarted()
         self._ends_refreshed = 0.0
-        self._topic_id: str | None = None  # stored in the view
-        self._view_partitions: int | None = None  # the topic's partition count, stored in the view
-        self._topic_unverified = True  # nothing is applied until the topic is checked
-        self._topic_check_due = 0.0
-        self._topic_missing = 0  # consecutive checks that did not find the topic
+        self._topic.reset()
         self._waits_checked = 0.0
         self._waits_logged: dict[int, tuple[float, bool]] = {}  # mp -> when its waits were logged, whether stuck
 
@@ -265,7 +255,6 @@ class MetadataConsumer:
     def status(self) -> dict:
         progress = self.progress()
         lags = [p.lag for p in progress.values()]
-        brokers_up, idle_ms = self._broker
         partitions: dict[str, dict] = {
             str(mp): {"position": p.position, "end": p.end, "lag": p.lag} for mp, p in progress.items()
         }
@@ -278,8 +267,8 @@ class MetadataConsumer:
         return {
             "initialized": self.initialized,
             "failure": None if self.failure is None else repr(self.failure),
-            "brokers_up": brokers_up,
-            "ms_since_broker_response": idle_ms,
+            "brokers_up": self._contact.brokers_up,
+            "ms_since_broker_response": self._contact.ms_since_response,
             "lag": None if not lags or None in lags else sum(lags),
             "metadata_partitions": partitions,
             "pending_partitions": self._ledger.waiting(),
@@ -315,18 +304,18 @@ class MetadataConsumer:
             self.wake()
 
     def _consume(self) -> None:
-        self._client = self.clients.consumer(self._on_error, self._on_stats)
+        self._client = self.clients.consumer(self._on_error, self._contact.on_stats)
         try:
             self._reassign()
             self._initialized.set()
             self.wake()
             while not self._stopping.is_set():
                 self._serve_requests()
-                if self._topic_checked():
+                if self._topic.checked(self._admin, self._stopping):
                     self._poll()
                 self._report_waits()
         except KafkaClientCrashed as crash:
-            self._explain(crash)
+            self._topic.explain(self._admin, crash)
             raise
         finally:
             self._client.close()
@@ -358,20 +347,13 @@ class MetadataConsumer:
     def _initialize(self) -> bool:
         """Ensure the metadata topic, retrying with backoff while the broker cannot be reached; a topic
         that cannot be used (``TopicMismatchError``) is fatal. False when stopped meanwhile."""
-        recorded = self._view_partitions
-        if recorded is not None and recorded != self.config.num_partitions:
-            raise TopicMismatchError(
-                f"the view was built from a metadata topic of {recorded} partitions, but "
-                f"remote.log.metadata.topic.num.partitions is {self.config.num_partitions}: leave the setting "
-                f"out (the view's count is then taken) or set it to {recorded}; for a topic of another count, "
-                f"rebuild the view (rlmm serve --reset, rlmm consume --reset)"
-            )
+        self._topic.check_configured_count()
         admin = self._admin = self.clients.admin(self._on_error)
         started = time.monotonic()
-        self._unreachable = started, "no answer yet"
+        self._contact.trying()
 
         def report(state: RetryCallState) -> None:
-            self._unreachable = started, str(state.outcome.exception())
+            self._contact.trying(str(state.outcome.exception()))
             overdue = (time.monotonic() - started) * 1000 > self.config.retry_max_timeout_ms
             log.log(
                 logging.ERROR if overdue else logging.WARNING,
@@ -403,113 +385,27 @@ class MetadataConsumer:
             if self._stopping.is_set():
                 return False
             raise
-        self._unreachable = None
+        self._contact.reached()
         return not self._stopping.is_set()
 
     def _on_error(self, error: KafkaError) -> None:
         if error.fatal():
             raise KafkaException(error)
         if error.code() in _CONNECTION_ERRORS:
-            self._topic_unverified = True
-            self._unreachable = (self._unreachable or (time.monotonic(), ""))[0], str(error)
+            self._topic.connection_broke()
+            self._contact.trying(str(error))
         self._client_errors.log(logging.WARNING, str(error.code()), "Kafka client: %s", error)
 
     @property
     def connection_problem(self) -> str | None:
         """Why the consumer cannot read the topic now: no broker has answered for a while (the last error)."""
-        unreachable = self._unreachable
-        if unreachable is None or time.monotonic() - unreachable[0] < UNREACHABLE_AFTER_S:
-            return None
-        since, error = unreachable
-        return (
-            f"no Kafka broker of {self.config.bootstrap_servers} has answered for "
-            f"{time.monotonic() - since:.0f} s ({error})"
-        )
+        return self._contact.problem
 
     @property
     def kafka_problem(self) -> str | None:
         """``connection_problem``, as a server that answers from its view says it."""
         problem = self.connection_problem
         return None if problem is None else f"{problem}; reads are answered from the view as it stands"
-
-    # ---- the topic stays the one the view was built from --------------------------------------------
-
-    def _topic_checked(self) -> bool:
-        """Check the topic when due; whether records may be applied now (not before a check that the
-        broker could not answer since the connection broke)."""
-        now = time.monotonic()
-        if self._topic_unverified or now >= self._topic_check_due:
-            if self._verify_topic():
-                self._topic_unverified = False
-            self._topic_check_due = now + TOPIC_CHECK_S
-        if self._topic_unverified:
-            self._stopping.wait(POLL_TIMEOUT_S)
-            self._topic_check_due = 0.0
-            return False
-        return True
-
-    def _verify_topic(self) -> bool:
-        """Whether the broker confirmed the topic is the view's; raises ``TopicChangedError`` when it is
-        not. False when the broker could not tell (unreachable, or the topic missing once)."""
-        topic = self.config.topic
-        try:
-            identity = describe_topic(self._admin, topic, TOPIC_CHECK_TIMEOUT_S)
-        except KafkaException as exc:
-            log.debug("cannot check the metadata topic now: %s", exc)
-            return False
-        finally:
-            self._admin.poll(0)  # serve the client's log lines
-        if identity is None:
-            self._topic_missing += 1
-            if self._topic_missing >= 2:
-                self._changed("topic_deleted", f"the broker no longer knows the metadata topic {topic!r}")
-            return False
-        self._topic_missing = 0
-        if identity.partitions != self.config.num_partitions:
-            self._changed(
-                "partition_count_changed",
-                f"the metadata topic {topic!r} now has {identity.partitions} "
-                f"partitions, not {self.config.num_partitions}",
-            )
-        first_sight = {}
-        if self._view_partitions is None:
-            first_sight[view_state.NUM_PARTITIONS] = view_state.num_partitions_value(identity.partitions)
-        if identity.topic_id is not None:
-            if self._topic_id is None:
-                first_sight[view_state.TOPIC_ID] = identity.topic_id.encode()
-            elif identity.topic_id != self._topic_id:
-                self._changed(
-                    "topic_id_changed",
-                    f"the metadata topic {topic!r} now has the topic id "
-                    f"{identity.topic_id}, the view was built from topic id {self._topic_id}",
-                )
-        if first_sight:
-            with self.view.batch() as batch:
-                for key, value in first_sight.items():
-                    batch.put_consumer_state(key, value)
-            self._topic_id = self._topic_id or identity.topic_id
-            self._view_partitions = identity.partitions
-        return True
-
-    def _explain(self, crash: KafkaClientCrashed) -> None:
-        """The client crashed: raise ``TopicChangedError`` if the topic changed under it (librdkafka crashes on a
-        topic deleted while it fetches, see ``consumers/client_process.py``); the crash is its cause."""
-        self._topic_missing = max(self._topic_missing, 1)  # the crash was the first sign of a missing topic
-        try:
-            self._verify_topic()
-        except TopicChangedError as exc:
-            raise TopicChangedError(exc.kind, self.config.topic, f"{exc.seen} ({crash})") from crash
-
-    def _changed(self, kind: str, seen: str) -> None:
-        self.topic_changes[kind] += 1
-        raise TopicChangedError(kind, self.config.topic, seen)
-
-    def _on_stats(self, stats_json: str) -> None:
-        brokers = [b for b in json.loads(stats_json)["brokers"].values() if b["nodeid"] >= 0]
-        idle = [b["rxidle"] for b in brokers if b["state"] == "UP" and b["rxidle"] >= 0]
-        self._broker = (sum(b["state"] == "UP" for b in brokers), min(idle) / 1000 if idle else None)
-        if self._broker[0]:
-            self._unreachable = None
 
     # ---- registrations ------------------------------------------------------------------------------
 
@@ -523,8 +419,7 @@ class MetadataConsumer:
         for mp, offset in offsets.items():
             self.watcher.applied_up_to(mp, offset + 1)
         state = self.view.consumer_state()
-        self._topic_id = view_state.topic_id_of(state)
-        self._view_partitions = view_state.num_partitions_of(state)
+        self._topic.load(state)
         for mp, until in view_state.rereads_of(state).items():  # readings again a previous run did not finish
             ledger.resume_reread(mp, until)
         ledger.holders = view_state.holders_of(state)
@@ -626,7 +521,7 @@ class MetadataConsumer:
         messages = self._fetch()
         if not messages:
             return
-        if self._topic_unverified:  # the connection broke while these were fetched: check the topic first
+        if self._topic.unverified:  # the connection broke while these were fetched: check the topic first
             self._read_again(messages)
             return
         with self.view.batch() as batch:
@@ -667,7 +562,7 @@ class MetadataConsumer:
                 self._reach_end(fetch, message.partition(), message.offset())
             else:
                 self._on_message_error(message.partition(), error)
-                if self._topic_unverified:
+                if self._topic.unverified:
                     return fetch, messages[i + 1 :]
         return fetch, []
 
@@ -695,7 +590,7 @@ class MetadataConsumer:
         """A record (or a partition's end) below the next offset the consumer expects: the offsets went back."""
         expected = self._ledger.below_position(mp, offset)
         if expected is not None:
-            self._changed(
+            self._topic.changed(
                 "offsets_backwards",
                 f"metadata partition {mp} gave offset {offset}, below the next "
                 f"offset {expected} the view expects (it applied up to {expected - 1})",
@@ -714,7 +609,7 @@ class MetadataConsumer:
         if error.fatal():
             raise KafkaException(error)
         if error.code() in _CONNECTION_ERRORS:
-            self._topic_unverified = True
+            self._topic.connection_broke()
         log.warning("metadata partition %d: %s", mp, error)  # the client retries by itself
 
     def _refresh_ends(self, mps: Iterable[int]) -> None:
@@ -727,7 +622,7 @@ class MetadataConsumer:
                 continue
             position = self._ledger.end_reported(mp, high, now)
             if position is not None:
-                self._changed(
+                self._topic.changed(
                     "offsets_backwards",
                     f"metadata partition {mp} ends at offset {high}, below the next "
                     f"offset {position} the view expects (it applied up to {position - 1})",

@@ -27,8 +27,8 @@ def tune_gc() -> None:
 
 
 def die_with_parent() -> None:
-    """In a child before exec (``preexec_fn``): Linux kills it when the thread that started it dies, so that a
-    process that is killed leaves no child behind (a broker, a Kafka client). Only a call into libc, resolved
-    beforehand: the child of a threaded process must not take locks."""
+    """In a child, before exec (``preexec_fn``) or first thing after: Linux kills it when the thread that started
+    it dies, so that a process that is killed leaves no child behind (a broker, a Kafka client). Only a call into
+    libc, resolved beforehand: the child of a threaded process must not take locks before exec."""
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, _SIGKILL)

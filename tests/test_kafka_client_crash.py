@@ -63,6 +63,21 @@ def delete_topic(bootstrap_servers: str, topic: str) -> None:
         done.result()
 
 
+def produce_again(config: RlmmConfig, records: list[tuple[int, bytes]]) -> None:
+    """Produce into the topic as it is now, created if missing. Tansu sometimes refuses records ("Unknown broker
+    error") on a topic it created for a producer right after a deletion: then the topic is made once more."""
+    admin = AdminClient(config.admin_config())
+    for attempt in range(3):
+        ensure_topic(admin, config)
+        try:
+            RawProducer(config.bootstrap_servers, config.topic).produce(records)
+            return
+        except AssertionError:
+            if attempt == 2:
+                raise
+            delete_topic(config.bootstrap_servers, config.topic)
+
+
 def test_librdkafka_crashes_when_the_topic_is_deleted_under_a_plain_consumer(kafka) -> None:
     """The reproducer: a plain confluent-kafka consumer of a topic deleted under it dies of SIGSEGV (in
     librdkafka's KIP-951 metadata update: the dev broker answers the Fetch with the zero topic id and leader tags,
@@ -230,10 +245,9 @@ def test_serve_and_consume_outlive_the_topic_deleted_under_them(kafka, tmp_path)
     # the topic as it is now (Tansu created it again with 4 partitions for the writes in flight, or it is
     # missing and consume creates it), with records of another history: --reset equals a clean replay
     again = RlmmConfig(kafka.bootstrap_servers, topic=topic, num_partitions=AGAIN_PARTITIONS, replication_factor=1)
-    ensure_topic(AdminClient(again.admin_config()), again)
     seg = segment(tp, 500, 599)
     mp = metadata_partition(tp.topic_id, tp.partition, AGAIN_PARTITIONS)
-    RawProducer(kafka.bootstrap_servers, topic).produce([(mp, encode_value(seg)), (mp, encode_value(finished(seg)))])
+    produce_again(again, [(mp, encode_value(seg)), (mp, encode_value(finished(seg)))])
     reset = subprocess.run(
         consume_command(
             serve.view, kafka.bootstrap_servers, topic, "--reset", "--exit-when-ready", partitions=AGAIN_PARTITIONS
