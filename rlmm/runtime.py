@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import gc
-from typing import Final
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import BinaryIO, Final
 
 GC_THRESHOLDS: Final = (50_000, 20, 20)
 
@@ -18,3 +22,19 @@ def tune_gc() -> None:
     only rare cyclic garbage waits a little longer.
     """
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+@contextmanager
+def stderr_into(file: BinaryIO) -> Iterator[None]:
+    """Point the process's standard error, file descriptor 2, at ``file`` while the block runs: what C
+    libraries write there (gRPC's core logs) lands in the file, and so does everything a child process
+    started meanwhile writes to its standard error, for its whole life (a JVM)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        os.dup2(file.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
