@@ -188,7 +188,12 @@ def export(db, out, num_partitions, topic) -> None:
         raise Failure(str(exc)) from None
     click.echo(
         json.dumps(
-            {"snapshot": str(out), "counts": manifest["counts"], "metadata_offsets": manifest["metadata_offsets"]}
+            {
+                "snapshot": str(out),
+                "counts": manifest["counts"],
+                "metadata_offsets": manifest["metadata_offsets"],
+                "topic_id": manifest["topic_id"],
+            }
         )
     )
 
