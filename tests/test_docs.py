@@ -1,18 +1,24 @@
 """The generated references are current and complete: ``docs/api.md`` (from the proto comments) and
-``docs/configuration.md`` (from the settings code); the README links them."""
+``docs/configuration.md`` (from the settings code); the README links them; docs/operations.md's metrics
+table is what a real server exports."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from consumers.config import PROPERTIES, SETTINGS, RlmmConfig
 from rlmm.settings import Settings
+from rlmm.state.view import View
 from scripts import gen_api_docs, gen_config_docs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,3 +108,49 @@ def test_the_readme_links_the_references_and_the_changelog() -> None:
     for target in ("docs/api.md", "docs/configuration.md", "docs/operations.md", "CHANGELOG.md"):
         assert f"]({target})" in readme, target
         assert (ROOT / target).is_file(), target
+
+
+def _documented_metrics() -> set[str]:
+    """The rlmm_ metrics of docs/operations.md's table, as their samples are named (labels left out)."""
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    table = operations.split("## Metrics and alerts", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `(rlmm_[a-z_]+)[`{]", table, re.M))
+
+
+def _exported_metrics(*serve_args: str, view: Path) -> set[str]:
+    """The rlmm_ metric families a real ``rlmm serve`` exports on /metrics, named as the doc names them:
+    counters by their ``_total`` samples, without their ``_created`` ones."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rlmm.cli", "serve", "--view", str(view), "--listen", "127.0.0.1:0", *serve_args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert line, process.communicate(timeout=30)[1][-3000:]
+        port = json.loads(line)["metrics_port"]
+        exposition = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+    names = {
+        f.name + ("_total" if f.type == "counter" else "")
+        for f in text_string_to_metric_families(exposition)
+        if f.name.startswith("rlmm_")
+    }
+    # prometheus_client's creation time of a counter it keeps itself: part of the counter, not a metric of rlmm
+    return {name for name in names if not (name.endswith("_created") and f"{name[:-8]}_total" in names)}
+
+
+def test_the_metrics_table_is_what_a_server_exports(tmp_path) -> None:
+    """Every rlmm_ metric a server exports is in docs/operations.md's table, and every one there is exported:
+    by a server of one process, or of several (--workers, which adds the workers' own)."""
+    View(tmp_path / "view").close()  # served read-only: the view's and the consumer's metrics are exported all the same
+    metrics = ("--metrics-listen", "127.0.0.1:0", "--log-level", "warning")
+    single = _exported_metrics(*metrics, view=tmp_path / "view")
+    several = _exported_metrics(*metrics, "--workers", "2", view=tmp_path / "view")
+    documented = _documented_metrics()
+    assert "rlmm_view_segments" in single and "rlmm_worker_up" in several - single
+    assert sorted((single | several) - documented) == [], "exported, not in docs/operations.md"
+    assert sorted(documented - (single | several)) == [], "in docs/operations.md, not exported"
