@@ -1,12 +1,14 @@
 """The generated references are current and complete: ``docs/api.md`` (from the proto comments) and
 ``docs/configuration.md`` (from the settings code); the README links them; docs/operations.md's metrics
-table is what a real server exports."""
+table is what a real server exports; the README's Quickstart runs and answers real data."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from consumers.broker import free_port
 from consumers.config import PROPERTIES, SETTINGS, RlmmConfig
 from rlmm.settings import Settings
 from rlmm.state.view import View
@@ -154,3 +157,46 @@ def test_the_metrics_table_is_what_a_server_exports(tmp_path) -> None:
     assert "rlmm_view_segments" in single and "rlmm_worker_up" in several - single
     assert sorted((single | several) - documented) == [], "exported, not in docs/operations.md"
     assert sorted(documented - (single | several)) == [], "in docs/operations.md, not exported"
+
+
+def _quickstart() -> list[str]:
+    """The command lines of the README's Quickstart (comments left out)."""
+    readme = (ROOT / "README.md").read_text()
+    [block] = re.findall(r"## Quickstart\n\n```bash\n(.*?)```", readme, re.S)
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_quickstart_queries_answer_real_data() -> None:
+    """The Quickstart's queries, run as shown against the `rlmm demo --keep` it shows (on a free port: the queries
+    find it through RLMM_TARGET), answer the demo's data: no null, no empty listing."""
+    lines = _quickstart()
+    [kept] = [shlex.split(line) for line in lines if line.startswith("rlmm demo --keep")]
+    queries = [shlex.split(line) for line in lines[lines.index(shlex.join(kept)) + 1 :]]
+    assert kept[kept.index("--listen") + 1] == "127.0.0.1:50051"  # rlmm query's default target
+    target = f"127.0.0.1:{free_port()}"
+    kept[kept.index("--listen") + 1] = target
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "rlmm.cli", *kept[1:]], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        printed = []
+        for line in demo.stdout:  # the summary, then what to query once it is kept running
+            printed.append(line)
+            if line.startswith("rlmm query"):
+                break
+        assert printed and printed[-1].startswith("rlmm query"), "".join(printed)
+        assert len(queries) >= 5 and all(q[0] == "rlmm" for q in queries)
+        for query in queries:
+            done = subprocess.run(
+                [sys.executable, "-m", "rlmm.cli", *query[1:]],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**os.environ, "RLMM_TARGET": target},
+            )
+            assert done.returncode == 0, (query, done.stderr)
+            answer = done.stdout.strip() if query[1] == "health" else json.loads(done.stdout)
+            assert answer not in (None, [], False, 0, ""), (query, answer)
+    finally:
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(60) == 0
