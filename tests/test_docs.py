@@ -200,3 +200,35 @@ def test_the_quickstart_queries_answer_real_data() -> None:
     finally:
         demo.send_signal(signal.SIGINT)
         assert demo.wait(60) == 0
+
+
+def test_a_generation_keeps_the_hand_written_part_of_the_api_reference(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "docs" / "api.md"
+    monkeypatch.setattr(gen_api_docs, "OUT", out)
+    out.parent.mkdir()
+    out.write_text(f"an old generation\n{gen_api_docs.HAND_WRITTEN}\n\n## By hand\n\nkept.\n")
+    assert gen_api_docs.main([]) == 0
+    generated, marker, by_hand = out.read_text().partition(gen_api_docs.HAND_WRITTEN)
+    assert generated.startswith("# rlmm gRPC API reference") and "an old generation" not in generated
+    assert marker and by_hand == "\n\n## By hand\n\nkept.\n"
+
+
+def test_the_client_examples_name_real_calls_and_fields() -> None:
+    """The Node, grpcurl and Go examples of docs/api.md ask for calls and fields the protos have (a dynamic client
+    drops a field it does not know without a word)."""
+    by_hand = (ROOT / "docs" / "api.md").read_text().split(gen_api_docs.HAND_WRITTEN, 1)[1]
+    [js] = re.findall(r"```js\n(.*?)```", by_hand, re.S)
+    shell_and_go = "\n".join(re.findall(r"```(?:bash|go)\n(.*?)```", by_hand, re.S))
+    files = gen_api_docs.descriptors()
+    rpcs = {m.name for file in files for service in file.service for m in service.method}
+    fields = {f.name for file in files for message, _, _ in gen_api_docs.messages(file) for f in message.field}
+    called = set(re.findall(r"client\.([A-Z]\w+)\(", js))
+    called |= set(re.findall(r"RemoteLogMetadataService/(\w+)", shell_and_go))
+    called |= set(re.findall(r"go run \. \S+ (\w+)", by_hand))
+    assert {"HighestOffsetForEpoch", "RemoteLogSegmentMetadata", "ListRemoteLogSegments"} <= called <= rpcs
+    named = set(re.findall(r"[{,]\s*(\w+):", js.split("const tp", 1)[1]))  # the requests' keys
+    named |= set(re.findall(r"\.([a-z]+(?:_[a-z]+)+)\b", js))  # the answers' fields read
+    named |= {field for pair in re.findall(r"\._(\w+) === '(\w+)'", js) for field in pair}  # optional, set
+    named |= set(re.findall(r'"(\w+)":', shell_and_go))  # JSON requests and answers
+    assert {"topic_id_partition", "leader_epoch", "offset", "remote_log_segment_metadata", "partition"} <= named
+    assert named <= fields, sorted(named - fields)
