@@ -130,12 +130,13 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
     # the JVM's own lines (its modules, log4j's setup, Hadoop's native library) go to a log of their own
     jvm_log = Path(tempfile.gettempdir()) / f"rlmm-snapshot-build-{os.getpid()}.log"
     say(f"starting Spark ({master}; its log, kept if the build fails: {jvm_log})" if owned else "Spark runs already")
+    jvm_log.touch()
     try:
         with jvm_log.open("ab") as log, stderr_into(log):
             spark = spark_session(master, conf=confs)
     except RuntimeError as exc:
         raise Failure(f"{exc} (Spark's log: {jvm_log})") from None
-    succeeded = False
+    keep_log = True  # for a build that failed, unless the log is empty
     try:
         with cancel_on_interrupt(spark) as interrupted:
             try:
@@ -153,10 +154,11 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
                     )
             except Exception:
                 if interrupted.is_set():
+                    keep_log = False
                     click.echo("interrupted: Spark's jobs cancelled, nothing written", err=True)
                     sys.exit(130)
                 raise
-        succeeded = True
+        keep_log = False
     except (SnapshotError, ValueError, TimeoutError) as exc:
         raise Failure(f"{exc} (Spark's log: {jvm_log})") from None
     except KafkaException as exc:
@@ -164,7 +166,7 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
     finally:
         if owned:
             spark.stop()
-        if succeeded:
+        if not keep_log or jvm_log.stat().st_size == 0:
             jvm_log.unlink(missing_ok=True)
     click.echo(
         json.dumps(
