@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from consumers.config import RlmmConfig
 from rlmm.errors import TopicMismatchError
+from rlmm.records.uuid import uuid_text
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,8 @@ def describe_topic(admin: AdminClient, topic: str, timeout: float) -> TopicIdent
     except TimeoutError:
         timed_out = KafkaError(KafkaError._TIMED_OUT, f"no description of {topic} within {timeout} s")
         raise KafkaException(timed_out) from None
-    topic_id = str(description.topic_id) if description.topic_id is not None else _NO_TOPIC_ID
+    # librdkafka prints a Uuid in standard base64 ('+', '/'): Kafka's own form is URL-safe
+    topic_id = uuid_text(str(description.topic_id)) if description.topic_id is not None else _NO_TOPIC_ID
     return TopicIdentity(None if topic_id == _NO_TOPIC_ID else topic_id, len(description.partitions))
 
 

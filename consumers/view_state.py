@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from rlmm.records.model import TopicIdPartition
+from rlmm.records.uuid import uuid_text
 from rlmm.state import keys as K
 
 TOPIC_ID: Final = b"topic_id"
@@ -51,8 +52,9 @@ def reread_value(until: int) -> bytes:
 
 
 def topic_id_of(state: Mapping[bytes, bytes]) -> str | None:
+    """Kafka's text form of the topic id the view was built from (views of rlmm 0.1 stored librdkafka's)."""
     raw = state.get(TOPIC_ID)
-    return None if raw is None else raw.decode()
+    return None if raw is None else uuid_text(raw.decode())
 
 
 def num_partitions_value(count: int) -> bytes:

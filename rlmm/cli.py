@@ -140,17 +140,7 @@ def quarantine(view_dir: Path, values: bool) -> None:
     count = 0
     with view:
         for entry in view.quarantine():
-            line = {
-                "metadata_partition": entry.metadata_partition,
-                "offset": entry.offset,
-                "error": entry.kafka_error,
-                "cause": entry.kafka_cause,
-                "reason": entry.reason,
-                "null": entry.value is None,
-            }
-            if values:
-                line["hex"] = None if entry.value is None else entry.value.hex()
-            click.echo(json.dumps(line))
+            click.echo(json.dumps(entry.as_json(values)))
             count += 1
     click.echo(f"{count} quarantined record(s)", err=True)
 

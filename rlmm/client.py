@@ -4,7 +4,9 @@ Its reads have the names and signatures of ``rlmm.state.queries.Queries`` and re
 its writes and registrations those of ``consumers.manager.RemoteLogMetadataManager``. Every call has a
 deadline (``timeout``); UNAVAILABLE (a partition still loading, a server starting or stopping, a
 connection lost) is retried with exponential backoff and jitter, never sooner than the server's
-``RetryInfo`` asks, until ``retry_for`` seconds have passed. Other statuses raise at once, as
+``RetryInfo`` asks, until ``retry_for`` seconds have passed; but a refused connection is retried only
+once the client has reached a server at its target (a server restarting): before, nothing listens there
+(a wrong address, no server), which waiting does not heal. Other statuses raise at once, as
 :class:`CallError` subclasses that are also the matching local exceptions (``NotFoundError`` is a
 ``RemoteResourceNotFound``, ``ReplicaNotAvailableError`` a ``ReplicaNotAvailable``, ...).
 
@@ -123,6 +125,7 @@ class RlmmClient:
         self.write_timeout = write_timeout
         self.retry_for = retry_for
         self._wait = _ServerHint(*backoff)
+        self._reached = False  # a server at the target answered a call, or failed it itself
 
     @classmethod
     def from_files(
@@ -147,12 +150,19 @@ class RlmmClient:
     def _call(self, method: Callable[..., T], request, *, timeout: float | None = None) -> T:
         def attempt() -> T:
             try:
-                return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+                answer = method(request, timeout=timeout or self.timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
-                raise error_of(exc) from None
+                error = error_of(exc)
+                self._reached |= error.reason is not None or error.code != grpc.StatusCode.UNAVAILABLE
+                raise error from None
+            self._reached = True
+            return answer
+
+        def heals(exc: BaseException) -> bool:
+            return isinstance(exc, UnavailableError) and exc.retryable and (self._reached or not exc.refused)
 
         retrying = Retrying(
-            retry=retry_if_exception(lambda exc: isinstance(exc, UnavailableError) and exc.retryable),
+            retry=retry_if_exception(heals),
             wait=self._wait,
             stop=stop_after_delay(self.retry_for),
             reraise=True,

@@ -2,9 +2,10 @@
 
 Starts a local Tansu broker (``consumers/broker.py``), ``rlmm serve`` as a subprocess on a free loopback
 port over a temporary view (Kafka-backed, so it consumes and writes), registers the partitions of a
-``rlmm.workload.Workload``, produces the workload's records to the metadata topic (plus one undecodable
-record, raw), waits until every partition is ready and every record is consumed, runs one round of every
-query through ``rlmm.client`` and prints a summary. Ctrl-C stops everything: the service and the broker
+``rlmm.workload.Workload``, produces the workload's records to the metadata topic (about 1 in 1,000 of them
+invalid, as the workload makes them, plus one more undecodable record, raw), waits until every partition
+is ready and every record is consumed, runs one round of every query through ``rlmm.client`` and prints a
+summary on stdout (progress on stderr). Ctrl-C stops everything: the service and the broker
 by PID, the temporary directory removed.
 """
 
@@ -26,9 +27,10 @@ from pathlib import Path
 import click
 
 from rlmm.cli_errors import Failure
-from rlmm.errors import DemoError
+from rlmm.errors import DecodeError, DemoError
 from rlmm.records.canonical import to_canonical
 from rlmm.records.model import SegmentMetadata
+from rlmm.records.serde import decode_value
 
 TOPIC = "__remote_log_metadata"
 UNDECODABLE = b"\xff\xfe not a remote log metadata record"
@@ -37,7 +39,7 @@ UNDECODABLE = b"\xff\xfe not a remote log metadata record"
 class _Service:
     """``rlmm serve`` in its own process; stopped by PID (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, workdir: Path, bootstrap: str, metadata_partitions: int) -> None:
+    def __init__(self, workdir: Path, bootstrap: str, metadata_partitions: int, listen: str) -> None:
         self.log_path = workdir / "serve.log"
         self.view = workdir / "view"
         command = [
@@ -48,7 +50,7 @@ class _Service:
             "--view",
             str(self.view),
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "-b",
             bootstrap,
             "--log-format",
@@ -137,7 +139,14 @@ def _timed(call):
 
 
 def run_demo(
-    events: int, partitions: int, metadata_partitions: int, seed: int, timeout: float, keep: bool, as_json: bool
+    events: int,
+    partitions: int,
+    metadata_partitions: int,
+    seed: int,
+    timeout: float,
+    keep: bool,
+    as_json: bool,
+    listen: str = "127.0.0.1:0",
 ) -> dict:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -163,7 +172,7 @@ def run_demo(
             step = progress.add_task("starting broker and service", total=3)
             broker = LocalBroker(log_path=workdir / "tansu.log").start()
             progress.advance(step)
-            service = _Service(workdir, broker.bootstrap_servers, metadata_partitions)
+            service = _Service(workdir, broker.bootstrap_servers, metadata_partitions, listen)
             target = f"127.0.0.1:{service.wait_serving()}"
             progress.advance(step)
             client = RlmmClient(target, timeout=10.0, retry_for=30.0)
@@ -186,7 +195,7 @@ def run_demo(
             )
             _wait_topic(client, config, metadata_partitions, timeout)
             started = time.perf_counter()
-            produced = _produce(progress, config, workload, events, tps, timeout)
+            produced, undecodable = _produce(progress, config, workload, events, tps, timeout)
             _wait_ingest(progress, client, produced, timeout)
             ingest_s = time.perf_counter() - started
             # a partition whose deletion finished is gone (not ready, as in Kafka): wait for the others
@@ -209,6 +218,7 @@ def run_demo(
             "partitions_deleted": len(deleted),  # by the workload (partition deletion): no longer served
             "ready_wait_ms": round(ready_ms, 3),
             "metadata_partitions": metadata_partitions,
+            "undecodable_sent": undecodable,  # the workload's undecodable records and the one added
             "quarantined": status["quarantined"],
             "counters": status["counters"],
             "health": latencies["health"]["answer"],
@@ -219,7 +229,7 @@ def run_demo(
         if as_json:
             click.echo(json.dumps(summary))
         else:
-            _print_summary(console, summary)
+            _print_summary(summary)
         if keep:
             _keep(summary, tp, epoch, offset, as_json)
         return summary
@@ -232,15 +242,18 @@ def run_demo(
             _remove(workdir)
 
 
-def _produce(progress, config, workload, events: int, tps: list, timeout: float) -> int:
-    """Produce the workload's records and one undecodable record; returns how many were acknowledged."""
+def _produce(progress, config, workload, events: int, tps: list, timeout: float) -> tuple[int, int]:
+    """Produce the workload's records and one undecodable record; returns how many were acknowledged, and how
+    many of them do not decode (the quarantine's share)."""
     from consumers.producer import MetadataProducer
 
     producer = MetadataProducer(config)
     send = progress.add_task("producing workload records", total=events + 1)
     futures = []
+    undecodable = 1  # the one added below
     try:
         for i, event in enumerate(workload.events(events)):
+            undecodable += not _decodes(event.value)
             futures.append(_send(producer, event.metadata_partition, event.value, timeout))
             if i % 200 == 0:
                 progress.update(send, completed=i)
@@ -251,7 +264,17 @@ def _produce(progress, config, workload, events: int, tps: list, timeout: float)
     for future in futures:
         future.result(timeout)
     progress.update(send, completed=len(futures))
-    return len(futures)
+    return len(futures), undecodable
+
+
+def _decodes(value: bytes | None) -> bool:
+    if value is None:
+        return False
+    try:
+        decode_value(value)
+    except DecodeError:
+        return False
+    return True
 
 
 def _wait_ingest(progress, client, produced: int, timeout: float) -> None:
@@ -395,15 +418,19 @@ def _short(answer: object) -> str:
     return "status" if isinstance(answer, dict) else str(answer)
 
 
-def _print_summary(console, s: dict) -> None:
+def _print_summary(s: dict) -> None:
+    """The summary, for people, on stdout: it is the command's output."""
+    from rich.console import Console
     from rich.table import Table
 
+    console = Console()
     console.print(
         f"[bold]rlmm demo[/bold]: {s['events_applied']} of {s['events_sent']} records applied in "
         f"{s['ingest_seconds']} s = [bold]{s['events_per_second']:,} events/s[/bold]; "
         f"{s['partitions_ready']}/{s['partitions'] - s['partitions_deleted']} partitions ready "
         f"({s['partitions_deleted']} deleted by the workload) "
-        f"(ready wait {s['ready_wait_ms']:.1f} ms); quarantined: {s['quarantined']}; health {s['health']}"
+        f"(ready wait {s['ready_wait_ms']:.1f} ms); quarantined: {s['quarantined']} "
+        f"(the undecodable records sent: {s['undecodable_sent']}); health {s['health']}"
     )
     table = Table("query", "latency ms", "answer")
     for name, q in s["queries"].items():
@@ -424,7 +451,9 @@ def _keep(s: dict, tp, epoch: int, offset: int, as_json: bool) -> None:
         f"broker {s['broker']['bootstrap_servers']} (pid {s['broker']['pid']}), "
         f"service {target} (pid {s['service']['pid']}); Ctrl-C stops both",
         f"rlmm query --target {target} status",
+        f"rlmm query --target {target} list {_tp_text(tp)} --epoch {epoch}",
         f"rlmm query --target {target} segment {_tp_text(tp)} {epoch} {offset}",
+        f"rlmm query --target {target} highest-offset {_tp_text(tp)} {epoch}",
     ]
     for line in lines:
         click.echo(line, err=as_json)
@@ -437,7 +466,8 @@ def _keep(s: dict, tp, epoch: int, offset: int, as_json: bool) -> None:
     type=click.IntRange(min=1),
     default=20_000,
     show_default=True,
-    help="Workload records to produce (one undecodable record is added).",
+    help="Workload records to produce: about 1 in 1,000 is invalid (undecodable bytes, which the quarantine "
+    "keeps, illegal transitions, updates of unknown segments), and one more undecodable record is added.",
 )
 @click.option(
     "--partitions",
@@ -459,8 +489,21 @@ def _keep(s: dict, tp, epoch: int, offset: int, as_json: bool) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object (no progress bars).")
 @click.option("--keep", is_flag=True, help="Leave broker and service running until Ctrl-C; print how to query them.")
+@click.option(
+    "--listen",
+    default="127.0.0.1:0",
+    show_default=True,
+    help="The service's gRPC address HOST:PORT (port 0: a free one); 127.0.0.1:50051 is rlmm query's default.",
+)
 def demo(
-    events: int, partitions: int, metadata_partitions: int, seed: int, timeout: float, as_json: bool, keep: bool
+    events: int,
+    partitions: int,
+    metadata_partitions: int,
+    seed: int,
+    timeout: float,
+    as_json: bool,
+    keep: bool,
+    listen: str,
 ) -> None:
     """Start a local broker and `rlmm serve`, run a tiered-storage workload through them, query, summarize.
 
@@ -476,7 +519,7 @@ def demo(
     signal.signal(signal.SIGINT, interrupt)  # also when started with SIGINT ignored (a background job)
     signal.signal(signal.SIGTERM, interrupt)
     try:
-        run_demo(events, partitions, metadata_partitions, seed, timeout, keep, as_json)
+        run_demo(events, partitions, metadata_partitions, seed, timeout, keep, as_json, listen)
     except (DemoError, BrokerError) as exc:
         raise Failure(str(exc)) from None
     except KeyboardInterrupt:

@@ -297,11 +297,17 @@ class NotFoundError(CallError, RemoteResourceNotFound):
 class UnavailableError(CallError):
     """UNAVAILABLE: retried by the client until ``retry_for`` ran out, when retrying can help: the server
     suggested a delay, or the transport failed (no rlmm reason). A server whose consumer stopped for good
-    (reason ``CONSUMER_STOPPED``) is not asked again."""
+    (reason ``CONSUMER_STOPPED``) is not asked again, nor an address where nothing listens (``refused``)
+    that the client never reached."""
 
     @property
     def retryable(self) -> bool:
         return self.reason is None or self.retry_after_s is not None
+
+    @property
+    def refused(self) -> bool:
+        """The transport found nothing listening at the address (gRPC's "Connection refused")."""
+        return self.reason is None and "Connection refused" in self.message
 
 
 class ReplicaNotAvailableError(UnavailableError, ReplicaNotAvailable):

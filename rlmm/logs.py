@@ -1,12 +1,14 @@
 """The one logging setup of every command: lines on stderr, as text for people or one JSON object per line
 (``--log-format json``, the default of ``rlmm serve``) with the fields a call adds through ``extra=``
-(method, code, peer, ...)."""
+(method, code, peer, ...). A JSON line's ``ts`` is ISO-8601 in UTC to the millisecond
+(``2026-11-28T05:10:46.123Z``), as log pipelines parse it."""
 
 from __future__ import annotations
 
 import json
 import logging
 import sys
+from datetime import UTC, datetime
 
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
@@ -14,7 +16,7 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"m
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = {
-            "ts": round(record.created, 6),
+            "ts": _iso_utc(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -23,6 +25,11 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, default=str)
+
+
+def _iso_utc(epoch_seconds: float) -> str:
+    """``2026-11-28T05:10:46.123Z``: ISO-8601, UTC, milliseconds."""
+    return datetime.fromtimestamp(epoch_seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def setup_logging(level: str, fmt: str = "json") -> None:

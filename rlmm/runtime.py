@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import signal
 import sys
-from typing import Final
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import BinaryIO, Final
 
 GC_THRESHOLDS: Final = (50_000, 20, 20)
 _PR_SET_PDEATHSIG = 1
@@ -32,3 +35,19 @@ def die_with_parent() -> None:
     libc, resolved beforehand: the child of a threaded process must not take locks before exec."""
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, _SIGKILL)
+
+
+@contextmanager
+def stderr_into(file: BinaryIO) -> Iterator[None]:
+    """Point the process's standard error, file descriptor 2, at ``file`` while the block runs: what C
+    libraries write there (gRPC's core logs) lands in the file, and so does everything a child process
+    started meanwhile writes to its standard error, for its whole life (a JVM)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        os.dup2(file.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -5,7 +5,8 @@
 
 protoc (grpcio-tools') compiles the protos into a FileDescriptorSet with ``--include_source_info``: every
 comment comes from its SourceCodeInfo, attached to the service, method, message, field, enum or value it
-documents. The output depends on the protos alone (declaration order, no dates).
+documents. The output depends on the protos alone (declaration order, no dates), but for the hand-written
+part at the end of docs/api.md, after ``HAND_WRITTEN``: a generation keeps it as it is.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from scripts.generated_doc import ROOT, write_or_check  # noqa: E402
 
 PROTO_ROOT = ROOT / "proto"
 OUT = ROOT / "docs" / "api.md"
+# the line after which docs/api.md is written by hand (clients in other languages), kept by every generation
+HAND_WRITTEN = "<!-- Written by hand from here on: scripts/gen_api_docs.py keeps it as it is. -->"
 
 # SourceCodeInfo paths: field numbers of FileDescriptorProto, DescriptorProto, ...
 _MESSAGE, _ENUM, _SERVICE, _SYNTAX = 4, 5, 6, 12
@@ -191,6 +194,9 @@ class Renderer:
             "zero) or the `oneof` it belongs to; fields without a label are plain proto3 fields (unset reads "
             "as zero).",
             "",
+            "Calling the service from other languages (Node with `@grpc/grpc-js`, Go's `grpcurl`, no generated "
+            "code): [Clients in other languages](#clients-in-other-languages), at the end.",
+            "",
         ]
         ordered = sorted(self.files, key=lambda f: (not f.service, f.name))  # the service first
         out += ["Contents:", ""]
@@ -282,7 +288,10 @@ class Renderer:
 
 
 def render() -> str:
-    return Renderer(descriptors()).render()
+    """The reference generated from the protos, then the hand-written part of the current docs/api.md."""
+    current = OUT.read_text() if OUT.is_file() else ""
+    _, marker, by_hand = current.partition(HAND_WRITTEN)
+    return Renderer(descriptors()).render() + (f"\n{marker}{by_hand}" if marker else "")
 
 
 def main(argv: list[str] | None = None) -> int:

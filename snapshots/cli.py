@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
 
 from rlmm.cli_errors import Failure, view_errors
 from rlmm.errors import SnapshotError
+from rlmm.runtime import stderr_into
 
 _DIR = click.Path(file_okay=False, path_type=Path)
 
@@ -23,6 +28,28 @@ def _progress(quiet: bool):
             click.echo(f"[{time.monotonic() - start:7.1f}s] {message}", err=True)
 
     return say
+
+
+@contextlib.contextmanager
+def _records_bar(quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar of the records read on stderr, fed (records read, records to read)."""
+    if quiet:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("records read"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = None
+
+        def update(read: int, total: int) -> None:
+            nonlocal task
+            if task is None:
+                task = bar.add_task("records read", total=total)
+            bar.update(task, completed=read)
+
+        yield update
 
 
 def _kafka_failure(exc: Exception, bootstrap: str, topic: str) -> Failure:
@@ -99,37 +126,48 @@ def build(bootstrap, archive_dir, topic, out, master, confs, base_dir, split, qu
     except (KafkaException, ValueError) as exc:
         raise (Failure(str(exc)) if bootstrap is None else _kafka_failure(exc, bootstrap, topic)) from None
     say = _progress(quiet)
-    say(f"starting Spark ({master})")
     owned = SparkSession.getActiveSession() is None  # in-process callers (tests) may have one already
+    # the JVM's own lines (its modules, log4j's setup, Hadoop's native library) go to a log of their own
+    jvm_log = Path(tempfile.gettempdir()) / f"rlmm-snapshot-build-{os.getpid()}.log"
+    say(f"starting Spark ({master}; its log, kept if the build fails: {jvm_log})" if owned else "Spark runs already")
+    jvm_log.touch()
     try:
-        spark = spark_session(master, conf=confs)
+        with jvm_log.open("ab") as log, stderr_into(log):
+            spark = spark_session(master, conf=confs)
     except RuntimeError as exc:
-        raise Failure(str(exc)) from None
+        raise Failure(f"{exc} (Spark's log: {jvm_log})") from None
+    keep_log = True  # for a build that failed, unless the log is empty
     try:
         with cancel_on_interrupt(spark) as interrupted:
             try:
-                manifest = run(
-                    spark,
-                    out,
-                    bootstrap=bootstrap,
-                    topic=topic,
-                    archive_dir=archive_dir,
-                    base_dir=base_dir,
-                    split=split,
-                    progress=say,
-                )
+                with _records_bar(quiet) as records_read:
+                    manifest = run(
+                        spark,
+                        out,
+                        bootstrap=bootstrap,
+                        topic=topic,
+                        archive_dir=archive_dir,
+                        base_dir=base_dir,
+                        split=split,
+                        progress=say,
+                        records_read=records_read,
+                    )
             except Exception:
                 if interrupted.is_set():
+                    keep_log = False
                     click.echo("interrupted: Spark's jobs cancelled, nothing written", err=True)
                     sys.exit(130)
                 raise
+        keep_log = False
     except (SnapshotError, ValueError, TimeoutError) as exc:
-        raise Failure(str(exc)) from None
+        raise Failure(f"{exc} (Spark's log: {jvm_log})") from None
     except KafkaException as exc:
         raise _kafka_failure(exc, bootstrap, topic) from None
     finally:
         if owned:
             spark.stop()
+        if not keep_log or jvm_log.stat().st_size == 0:
+            jvm_log.unlink(missing_ok=True)
     click.echo(
         json.dumps(
             {
@@ -188,7 +226,12 @@ def export(db, out, num_partitions, topic) -> None:
         raise Failure(str(exc)) from None
     click.echo(
         json.dumps(
-            {"snapshot": str(out), "counts": manifest["counts"], "metadata_offsets": manifest["metadata_offsets"]}
+            {
+                "snapshot": str(out),
+                "counts": manifest["counts"],
+                "metadata_offsets": manifest["metadata_offsets"],
+                "topic_id": manifest["topic_id"],
+            }
         )
     )
 

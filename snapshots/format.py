@@ -28,6 +28,7 @@ import fastavro
 
 from rlmm.errors import SnapshotError
 from rlmm.records.model import PartitionDelete, PartitionDeleteState, SegmentMetadata, SegmentState, TopicIdPartition
+from rlmm.records.uuid import uuid_text
 from rlmm.state import keys as K
 from rlmm.state.export import EpochState, PartitionState
 from rlmm.state.quarantine import QuarantinedRecord
@@ -330,8 +331,10 @@ class Snapshot:
 
 
 def manifest_topic_id(manifest: dict[str, Any]) -> str | None:
-    """The id of the topic a snapshot was built from; None where it was not known (or rlmm did not record it yet)."""
-    return manifest.get("topic_id")
+    """The id of the topic a snapshot (or an archive) was built from, Kafka's text form; None where it was not
+    known (or rlmm did not record it yet). Those of rlmm 0.1 hold librdkafka's text form."""
+    topic_id = manifest.get("topic_id")
+    return None if topic_id is None else uuid_text(topic_id)
 
 
 def manifest_rereads(manifest: dict[str, Any]) -> dict[int, int]:

@@ -16,12 +16,12 @@ directory into place.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import shutil
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -161,6 +161,7 @@ class _KafkaReader(DataSourceReader):
         self.split = int(options.get("split", DEFAULT_SPLIT))
         self.target = int(options.get("target_partitions", 4))
         self.fold = _folds(options)
+        self.progress = options.get("progress")
 
     def partitions(self):
         if self.fold:  # each metadata partition read by one task, in offset order
@@ -172,8 +173,11 @@ class _KafkaReader(DataSourceReader):
 
     def read(self, partition: RangePartition) -> Iterator:
         from snapshots.kafka_io import read_ranges
+        from snapshots.progress import counted
 
         rows = read_ranges(self.bootstrap, self.topic, partition.ranges)
+        first = partition.ranges[0] if partition.ranges else (0, 0, 0)
+        rows = counted(rows, self.progress, f"kafka-{first[0]}-{first[1]}")
         yield from (_folded_batches if self.fold else _arrow_batches)(rows)
 
 
@@ -207,6 +211,7 @@ class _ArchiveReader(DataSourceReader):
         self.manifest = read_archive_manifest(self.path)
         self.target = int(options.get("target_partitions", 4))
         self.fold = _folds(options)
+        self.progress = options.get("progress")
 
     def partitions(self):
         files = [
@@ -237,12 +242,15 @@ class _ArchiveReader(DataSourceReader):
 
     def read(self, partition: FilePartition) -> Iterator:
         from snapshots.archive import read_archive_file
+        from snapshots.progress import counted
 
         def rows():
             for entry, after in partition.entries:
                 yield from read_archive_file(self.path, entry, after)
 
-        yield from (_folded_batches if self.fold else _arrow_batches)(rows())
+        first = partition.entries[0][0]["name"] if partition.entries else "none"
+        counted_rows = counted(rows(), self.progress, f"archive-{first}")
+        yield from (_folded_batches if self.fold else _arrow_batches)(counted_rows)
 
 
 # ---- the job -------------------------------------------------------------------------------------
@@ -359,31 +367,6 @@ def _refuse_split_partitions(keys: list[bytes]) -> None:
         seen.add(key)
 
 
-class _Progress:
-    """Reports the tasks of running stages every ``every`` seconds."""
-
-    def __init__(self, spark, report: Callable[[str], None] | None, every: float = 2.0) -> None:
-        self.tracker = spark.sparkContext.statusTracker()
-        self.report, self.every = report, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            for sid in self.tracker.getActiveStageIds():
-                info = self.tracker.getStageInfo(sid)
-                if info is not None:
-                    self.report(f"stage {sid}: {info.numCompletedTasks}/{info.numTasks} tasks")
-
-    def __enter__(self):
-        if self.report:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-
-
 def build(
     spark,
     out: str | Path,
@@ -394,14 +377,18 @@ def build(
     base_dir: str | Path | None = None,
     split: int = DEFAULT_SPLIT,
     progress: Callable[[str], None] | None = None,
+    records_read: Callable[[int, int], None] | None = None,
 ) -> dict:
     """Build a snapshot into ``out`` from the topic (``bootstrap``) or an archive, optionally on top of an
-    older snapshot (``base_dir``: only records after its offsets are read). Returns the manifest."""
+    older snapshot (``base_dir``: only records after its offsets are read). Returns the manifest.
+    ``progress`` gets what the build does, line by line; ``records_read`` (records read, records to read)
+    twice a second while the input is read (``snapshots.progress``)."""
     from rlmm.errors import SnapshotError
     from rlmm.state.keys import tp_identity
     from snapshots.fold import UNROUTABLE_KEY
     from snapshots.format import quarantine_from_avro, read_snapshot, state_to_avro, write_snapshot
     from snapshots.preflight import check_build_inputs
+    from snapshots.progress import RecordsRead
     from snapshots.staging import staging_path
 
     say = progress or (lambda _: None)
@@ -413,16 +400,17 @@ def build(
     after = base.metadata_offsets if base else {}
     target = 2 * spark.sparkContext.defaultParallelism
     fold = "true" if base is None else "false"  # a full build folds in the reading tasks
+    staging = staging_path(out, "partial")
+    counts = staging / "records-read"  # the reading tasks' counts, while they read
+    watched = {"progress": str(counts)} if records_read is not None else {}
     if bootstrap is not None:
         from snapshots.kafka_io import end_offsets, num_partitions
 
         partitions = num_partitions(bootstrap, topic)
         ends = end_offsets(bootstrap, topic, partitions)
         ranges = {mp: [after.get(mp, -1) + 1, end] for mp, end in ends.items() if end > after.get(mp, -1) + 1}
-        say(
-            f"topic {topic}: {partitions} partitions, reading {sum(e - s for s, e in ranges.values())} records "
-            f"up to end offsets fixed now"
-        )
+        to_read = sum(e - s for s, e in ranges.values())
+        say(f"topic {topic}: {partitions} partitions, reading {to_read} records up to end offsets fixed now")
         df = (
             spark.read.format("rlmm_kafka")
             .option("bootstrap", bootstrap)
@@ -431,6 +419,7 @@ def build(
             .option("split", str(split))
             .option("target_partitions", str(target))
             .option("fold", fold)
+            .options(**watched)
             .load()
         )
         last = {mp: end - 1 for mp, end in ends.items() if end > 0}
@@ -444,12 +433,15 @@ def build(
         for entry in manifest["files"]:
             last[entry["partition"]] = max(last.get(entry["partition"], -1), entry["last"])
         say(f"archive {archive_dir}: {len(manifest['files'])} files")
+        # the records of the files that hold any after the older snapshot's offsets (of which a few may not be)
+        to_read = sum(e["records"] for e in manifest["files"] if e["last"] > after.get(e["partition"], -1))
         df = (
             spark.read.format("rlmm_archive")
             .option("path", str(archive_dir))
             .option("after", json.dumps(after))
             .option("target_partitions", str(target))
             .option("fold", fold)
+            .options(**watched)
             .load()
         )
         source = {"kind": "archive", "path": str(archive_dir), "topic": topic}
@@ -462,10 +454,9 @@ def build(
         for mp, offset in after.items():
             last[mp] = max(last.get(mp, -1), offset)
     sc = spark.sparkContext
-    staging = staging_path(out, "partial")
     staging.mkdir(parents=True)
     try:
-        with _Progress(spark, say):
+        with RecordsRead(counts, lambda n: records_read(n, to_read)) if records_read else contextlib.nullcontext():
             if base is None:  # each task folded the metadata partitions it read: written as they are
                 folded = df
             else:  # each user partition's new records grouped with its state in the older snapshot
@@ -481,6 +472,7 @@ def build(
             files = [o["file"] for o in outputs if "file" in o]
             _refuse_split_partitions([key for o in outputs for key in o.get("keys", ())])
             quarantine_rows = [q for o in outputs if "quarantine" in o for q in o["quarantine"]]
+        shutil.rmtree(counts, ignore_errors=True)
         if bootstrap is not None:
             from snapshots.kafka_io import refuse_changed_topic
 

@@ -21,7 +21,7 @@ def check_build_inputs(
         from snapshots.archive import read_archive_manifest
 
         archived = read_archive_manifest(archive_dir)
-        topic, topic_id = archived["topic"], archived.get("topic_id")
+        topic, topic_id = archived["topic"], manifest_topic_id(archived)
     else:
         from snapshots.kafka_io import topic_id as described_id
 

@@ -16,6 +16,7 @@ from rlmm.state.export import PartitionState, partition_state, partitions, write
 from rlmm.state.kv import MemoryKV, ReadKV, scan
 from rlmm.state.rows import PartitionRow
 from rlmm.state.view import View, write_load_file
+from snapshots.differences import partition_name, segment_name, shown
 from snapshots.format import Snapshot, manifest_topic_id, read_snapshot, write_snapshot
 from snapshots.staging import staging_path
 
@@ -223,17 +224,17 @@ def _describe_state(a: PartitionState, b: PartitionState) -> list[str]:
     out = []
     for name in ("assigned", "ready", "removed", "last_applied_offset", "delete_record"):
         if getattr(a, name) != getattr(b, name):
-            out.append(f"{name}: snapshot {getattr(a, name)!r}, view {getattr(b, name)!r}")
+            out.append(f"{name}: snapshot {shown(getattr(a, name))}, view {shown(getattr(b, name))}")
     sa = {s.segment_id: s for s in a.segments}
     sb = {s.segment_id: s for s in b.segments}
     for sid in sorted(sa.keys() | sb.keys()):
         if sa.get(sid) != sb.get(sid):
-            out.append(f"segment {sid.hex()}: snapshot {sa.get(sid)}, view {sb.get(sid)}")
+            out.append(f"{segment_name(sid)}: snapshot {shown(sa.get(sid))}, view {shown(sb.get(sid))}")
     ea = {e.epoch: e for e in a.epochs}
     eb = {e.epoch: e for e in b.epochs}
     for epoch in sorted(ea.keys() | eb.keys()):
         if ea.get(epoch) != eb.get(epoch):
-            out.append(f"epoch {epoch}: snapshot {ea.get(epoch)}, view {eb.get(epoch)}")
+            out.append(f"epoch {epoch}: snapshot {shown(ea.get(epoch))}, view {shown(eb.get(epoch))}")
     return out
 
 
@@ -248,7 +249,7 @@ def verify(snapshot_dir: str | Path, db: str | Path) -> list[str]:
         in_snapshot = set(partitions(restored))
         in_view = set(partitions(kv))
         for tp in sorted(in_snapshot | in_view, key=K.tp_identity):
-            name = f"partition {tp.topic}-{tp.partition} ({tp.topic_id.hex()})"
+            name = partition_name(tp)
             if tp not in in_view:
                 diffs.append(f"{name}: in the snapshot, not in the view")
             elif tp not in in_snapshot:
@@ -273,5 +274,5 @@ def verify(snapshot_dir: str | Path, db: str | Path) -> list[str]:
         sq = {(q.metadata_partition, q.offset): q for q in snapshot.quarantine}
         for key in sorted(vq.keys() | sq.keys()):
             if vq.get(key) != sq.get(key):
-                diffs.append(f"quarantine {key[0]}/{key[1]}: snapshot {sq.get(key)}, view {vq.get(key)}")
+                diffs.append(f"quarantine {key[0]}/{key[1]}: snapshot {shown(sq.get(key))}, view {shown(vq.get(key))}")
     return diffs

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 
@@ -55,3 +57,7 @@ def test_the_command_logs_as_json_when_asked(tmp_path) -> None:
     lines = [json.loads(line) for line in err.splitlines()]
     assert run.returncode == 0 and lines
     assert any(line["logger"] == "consumers.broker" and f"pid {started['pid']}" in line["message"] for line in lines)
+    # ISO-8601 in UTC to the millisecond, as log pipelines parse it: 2026-11-28T05:10:46.123Z
+    for line in lines:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["ts"]), line
+        assert datetime.fromisoformat(line["ts"]).utcoffset() == timedelta(0)

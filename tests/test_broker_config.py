@@ -8,10 +8,14 @@ import subprocess
 import sys
 
 import pytest
+from confluent_kafka import TopicCollection
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from consumers.config import RlmmConfig
 from consumers.service import parse_partition
+from consumers.topic import describe_topic
 from rlmm.records import TopicIdPartition, uuid_from_str
+from rlmm.records.uuid import uuid_to_str
 from rlmm.state.view import View
 
 
@@ -144,3 +148,21 @@ def test_consume_reads_the_settings_of_serve(rlmm_config, tmp_path) -> None:
     assert "remote.log.metadata.topic.num.partitions: Input should be greater than or equal to 1" in refused.stderr
     unset = subprocess.run(command[:4], capture_output=True, text=True, env={**os.environ, "RLMM_CONFIG": ""})
     assert unset.returncode == 2 and "view: Field required" in unset.stderr
+
+
+def test_topic_ids_are_in_kafkas_text_form(kafka) -> None:
+    """librdkafka prints a topic id in standard base64 ('+', '/'), Kafka (Uuid.toString) in URL-safe base64:
+    rlmm stores, compares and shows Kafka's. About half of all ids hold a '+' or a '/': ten topics."""
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    topics = [f"rlmm-topic-id-{os.getpid()}-{i}" for i in range(10)]
+    for future in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
+        future.result(30)
+    try:
+        for topic in topics:
+            described = admin.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id
+            raw = described.get_most_significant_bits().to_bytes(8, "big", signed=True)
+            raw += described.get_least_significant_bits().to_bytes(8, "big", signed=True)
+            identity = describe_topic(admin, topic, timeout=30)
+            assert identity is not None and identity.topic_id == uuid_to_str(raw), (topic, str(described))
+    finally:
+        admin.delete_topics(topics)

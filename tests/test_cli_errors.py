@@ -15,9 +15,16 @@ import pytest
 from click.testing import CliRunner, Result
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from consumers import view_state
 from consumers.broker import free_port
+from consumers.service import parse_partition
 from rlmm.cli import main
+from rlmm.records.canonical import to_canonical
+from rlmm.records.partitioner import metadata_partition
+from rlmm.records.serde import encode_value
+from rlmm.records.uuid import uuid_to_str
 from rlmm.state.view import View
+from tests.grpc_support import segment
 from tests.snapshot_support import live_view, workload_events
 
 RLMM = [sys.executable, "-m", "rlmm.cli"]
@@ -98,7 +105,8 @@ def test_serve_on_a_busy_address_or_without_its_certificate(tmp_path) -> None:
         port = busy.getsockname()[1]
         done = rlmm("serve", "--view", str(tmp_path / "v"), "--listen", f"127.0.0.1:{port}")
         assert done.returncode == 1
-        one_error_line(done.stderr, f"cannot listen on 127.0.0.1:{port}", "--listen")
+        line = one_error_line(done.stderr, f"cannot listen on 127.0.0.1:{port} (Address already in use)", "--listen")
+        assert done.stderr.splitlines() == [line]  # one line: not gRPC's own log of the bind before it
         done = rlmm(
             "serve", "--view", str(tmp_path / "v"), "--listen", "127.0.0.1:0", "--metrics-listen", f"127.0.0.1:{port}"
         )
@@ -127,6 +135,11 @@ def test_health_and_query_against_a_server_and_without_one(tmp_path) -> None:
     one_error_line(done.stderr, f"no health answer from {nobody}", "--target")
     done = rlmm("query", "--target", nobody, "--timeout", "1", "--retry-for", "0", "status")
     assert done.returncode == 1 and json.loads(done.stdout)["error"] == "UNAVAILABLE"
+    one_error_line(done.stderr, f"UNAVAILABLE: no answer from {nobody}", "--target")
+    # nothing listens there: waiting does not heal that, so the query fails at once rather than retrying for
+    # --retry-for (rlmm() gives up after 60 s, ten times less)
+    done = rlmm("query", "--target", nobody, "--retry-for", "600", "status")
+    assert done.returncode == 1 and "Connection refused" in json.loads(done.stdout)["message"]
     one_error_line(done.stderr, f"UNAVAILABLE: no answer from {nobody}", "--target")
 
     View(tmp_path / "v").close()
@@ -162,20 +175,12 @@ def test_health_and_query_against_a_server_and_without_one(tmp_path) -> None:
 
 def test_snapshot_verify_json_and_exit_codes(tmp_path) -> None:
     events, tps = workload_events(600, seed=5)
-    live_view(events, tps, tmp_path / "live").close()
-    assert (
-        invoke(
-            "snapshot",
-            "export",
-            "--view",
-            str(tmp_path / "live"),
-            "--out",
-            str(tmp_path / "s"),
-            "--num-partitions",
-            "5",
-        ).exit_code
-        == 0
+    with live_view(events, tps, tmp_path / "live") as view, view.batch() as batch:
+        batch.put_consumer_state(view_state.TOPIC_ID, b"AaIbMzBQfiOdjsFwZ+WkJQ")  # as rlmm 0.1 stored it
+    exported = invoke(
+        "snapshot", "export", "--view", str(tmp_path / "live"), "--out", str(tmp_path / "s"), "--num-partitions", "5"
     )
+    assert exported.exit_code == 0 and json.loads(exported.stdout)["topic_id"] == "AaIbMzBQfiOdjsFwZ-WkJQ"
     result = invoke("snapshot", "verify", str(tmp_path / "s"), "--view", str(tmp_path / "live"), "--json")
     assert (result.exit_code, json.loads(result.stdout)) == (0, {"differences": 0, "details": []})
     with View(tmp_path / "live") as view, view.batch() as batch:
@@ -184,7 +189,26 @@ def test_snapshot_verify_json_and_exit_codes(tmp_path) -> None:
     answer = json.loads(result.stdout)
     assert result.exit_code == 1 and answer["differences"] == len(answer["details"]) == 2
     assert answer["details"][0].startswith("metadata partition 0: snapshot offset")
-    assert answer["details"][1].startswith("quarantine 0/10000")
+    # a quarantined record as rlmm quarantine prints it, not a Python repr
+    quarantined = answer["details"][1]
+    assert quarantined.startswith("quarantine 0/10000: snapshot null, view {")
+    shown = json.loads(quarantined.split(", view ", 1)[1])
+    assert (shown["metadata_partition"], shown["offset"], shown["hex"]) == (0, 10_000, b"\x00garbage".hex())
+
+    # a partition named as rlmm query takes it, its segment by Kafka's id, the segment in Kafka's canonical form
+    tp = tps[0]
+    mp = metadata_partition(tp.topic_id, tp.partition, 5)
+    added = segment(tp, 10**9, 10**9 + 99)
+    with View(tmp_path / "live") as view, view.batch() as batch:
+        batch.apply(mp, 20_000, encode_value(added))
+    result = invoke("snapshot", "verify", str(tmp_path / "s"), "--view", str(tmp_path / "live"))
+    lines = result.stdout.splitlines()
+    assert result.exit_code == 1 and json.loads(lines[-1])["differences"] == len(lines) - 1
+    about_tp = [line for line in lines if line.startswith("partition ")]
+    assert about_tp and all(parse_partition(line.split()[1].removesuffix(":")) == tp for line in about_tp)
+    [about_segment] = [line for line in about_tp if " segment " in line]
+    assert about_segment.split()[2:5] == ["segment", f"{uuid_to_str(added.segment_id)}:", "snapshot"]
+    assert json.loads(about_segment.split(", view ", 1)[1]) == to_canonical(added)
 
     result = invoke("snapshot", "restore", str(tmp_path / "s"), "--view", str(tmp_path / "live"))
     assert result.exit_code == 1

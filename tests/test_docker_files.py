@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -111,8 +113,8 @@ def test_compose_commands_are_rlmm_commands() -> None:
     # rlmm creates the topic with Kafka's default partition count (the brokers' plugin writes through it)
     assert "remote.log.metadata.topic.num.partitions=50" in serve
     assert "kafka:19092" in serve
-    snapshot = services["snapshot"]["command"]
-    assert snapshot[:2] == ["snapshot", "build"]
+    snapshot = _snapshot_build_args()
+    assert snapshot[:2] == ["snapshot", "build"] and "kafka:19092" in snapshot
     _check_args(snapshot)
     _check_args(services["rlmm"]["healthcheck"]["test"][2:])
 
@@ -146,7 +148,7 @@ def test_compose_keeps_kafka_and_the_view_and_stops_gracefully() -> None:
     assert "kafka-data:" + kafka["environment"]["KAFKA_LOG_DIRS"] in kafka["volumes"]
     assert any(v.startswith("rlmm-view:") for v in rlmm["volumes"])
     for name in ("kafka", "rlmm"):
-        assert services[name]["restart"] == "unless-stopped" and services[name]["init"] is True
+        assert services[name]["restart"] == "unless-stopped"
     grace = float(rlmm["stop_grace_period"].rstrip("s"))
     assert grace > 30  # the server's default drain (grace_s), then the flush
     snapshot_volume = services["snapshot"]["volumes"][0].split(":")[0]
@@ -178,3 +180,77 @@ def _ignored(path: str, rules: list[str]) -> bool:
         if path == pattern or path.startswith(f"{pattern}/"):
             ignored = not rule.startswith("!")
     return ignored
+
+
+def _built_from_the_rlmm_image(service: dict) -> bool:
+    return service.get("build", {}).get("dockerfile") == "docker/Dockerfile"
+
+
+def test_one_init_per_container() -> None:
+    """The image's entrypoint is tini: compose's `init: true` would start a second one, which warns on every
+    start that it is not PID 1. Kafka's image has none, so compose gives it one."""
+    assert json.loads(_instruction("ENTRYPOINT"))[0] == "tini"
+    services = _compose()["services"]
+    for name, service in services.items():
+        if _built_from_the_rlmm_image(service):
+            assert "init" not in service, name
+            assert service.get("entrypoint", ["tini"])[0] == "tini", name
+    assert services["kafka"]["init"] is True
+
+
+def _snapshot_script() -> str:
+    """The snapshot service's shell command, as compose hands it to sh ($$ is compose's escape of $)."""
+    snapshot = _compose()["services"]["snapshot"]
+    assert snapshot["entrypoint"] == ["tini", "--", "sh", "-c"]
+    [script] = snapshot["command"]
+    return script.replace("$$", "$")
+
+
+def _snapshot_build_args() -> list[str]:
+    """The arguments of the snapshot service's `rlmm` command (after `rlmm`)."""
+    [build] = [part.strip() for part in _snapshot_script().split("&&") if part.strip().startswith("rlmm ")]
+    return shlex.split(build)[1:]
+
+
+def test_the_snapshot_service_writes_a_new_snapshot_on_every_run(tmp_path) -> None:
+    """Run twice, the service's command writes two snapshots (the second no longer fails on an --out that
+    exists) and points /data/latest at the newest. A real sh runs the command; `rlmm` is a stand-in that
+    creates --out and fails where it exists, as `rlmm snapshot build` does (tests/test_snapshot_*.py)."""
+    script = _snapshot_script()
+    data, bin_dir = tmp_path / "data", tmp_path / "bin"
+    data.mkdir()
+    bin_dir.mkdir()
+    stand_in = bin_dir / "rlmm"
+    stand_in.write_text('#!/bin/sh\nwhile [ "$1" != --out ]; do shift; done\nexec mkdir "$2"\n')
+    stand_in.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    for run in range(2):
+        if run:
+            time.sleep(1.1)  # the snapshots are named by the second
+        done = subprocess.run(
+            ["sh", "-c", script.replace("/data", str(data))], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+    snapshots = sorted(p.name for p in data.iterdir() if p.name.startswith("snapshot-"))
+    assert len(snapshots) == 2 and all(re.fullmatch(r"snapshot-\d{8}T\d{6}Z", name) for name in snapshots)
+    assert os.readlink(data / "latest") == snapshots[-1]  # relative: the same link in both containers
+
+
+def test_restoring_a_snapshot_into_the_service_is_documented() -> None:
+    """docs/operations.md's steps restore what the snapshot service writes into the view the service serves,
+    with real rlmm commands, through the volume the service mounts."""
+    operations = (DOCKER.parent / "docs" / "operations.md").read_text()
+    section = operations.split("### Snapshots with Docker Compose", 1)[1].split("\n#", 1)[0]
+    [steps] = re.findall(r"```bash\n(.*?)```", section, re.S)
+    services = _compose()["services"]
+    rlmm = services["rlmm"]
+    view = rlmm["command"][rlmm["command"].index("--view") + 1]
+    assert "/data/latest" in _snapshot_script()
+    assert any(v.split(":")[:2] == ["snapshot-data", "/data"] for v in rlmm["volumes"])
+    assert "--profile snapshot run --rm snapshot" in steps and "stop rlmm" in steps and "start rlmm" in steps
+    commands = [line.strip() for line in steps.splitlines() if line.strip().startswith("rlmm ")]
+    assert [c.split()[1:3] for c in commands] == [["snapshot", "restore"], ["snapshot", "verify"]]
+    for command in commands:
+        args = command.split()[1:]
+        _check_args(args)
+        assert args[2:] == ["/data/latest", "--view", view], command

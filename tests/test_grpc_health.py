@@ -15,7 +15,10 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from rlmm.client import RlmmClient
 from rlmm.errors import UnavailableError
 from rlmm.records.partitioner import metadata_partition
+from rlmm.server.app import RlmmServer
+from rlmm.server.backend import Backend
 from rlmm.server.servicer import SERVICE_NAME
+from rlmm.settings import Settings
 from rlmm.state.view import View
 from tests.grpc_support import RemoteLogMetadataManager, kafka_config, new_tp, running_server, segment, start_server
 
@@ -144,3 +147,26 @@ def test_the_protos_name_their_go_and_java_packages() -> None:
         options = module.DESCRIPTOR.GetOptions()
         assert options.go_package.endswith("/rlmm/v1;rlmmv1") and options.java_package == "io.rlmm.v1"
         assert options.java_multiple_files
+
+
+def test_a_client_that_reached_its_server_waits_for_it_to_come_back(tmp_path) -> None:
+    """A refused connection is retried once the client has had an answer there (the server restarts); before,
+    nothing listens at the address and the call fails at once (tests/test_cli_errors.py)."""
+    with View(tmp_path / "view") as view:
+        server = start_server(view)
+        target = f"127.0.0.1:{server.port}"
+        with RlmmClient(target, retry_for=60) as rlmm:
+            assert rlmm.health() == "SERVING"
+            server.stop(grace=0)
+            with RlmmClient(target, retry_for=60) as never_answered, pytest.raises(UnavailableError, match="refused"):
+                never_answered.health()
+            answers: list[str] = []
+            asking = threading.Thread(target=lambda: answers.append(rlmm.health()))
+            asking.start()
+            time.sleep(0.5)  # its first attempts are refused
+            again = RlmmServer(Backend(view, None), Settings(view=view.path, listen=target)).start()
+            try:
+                asking.join(60)
+                assert answers == ["SERVING"]
+            finally:
+                again.stop(grace=0)

@@ -3,9 +3,12 @@ the whole run (``local[2]``), the real test broker, small data."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 from confluent_kafka import Producer
@@ -91,8 +94,14 @@ def test_archive_rebuild_restore_equals_live_view(spark, tmp_path):
     events, tps = workload_events(3000, seed=11)
     events = dense(events)
     write_archive(tmp_path / "archive", events, 5)
-    manifest = build(spark, tmp_path / "snap", archive_dir=tmp_path / "archive")
+    reports: list[tuple[int, int]] = []
+    manifest = build(
+        spark, tmp_path / "snap", archive_dir=tmp_path / "archive", records_read=lambda *read: reports.append(read)
+    )
     assert manifest["counts"]["quarantined"] > 0
+    # the records read, as the tasks read them: never backwards, all of them at the end, nothing left behind
+    assert reports[-1] == (len(events), len(events)) and reports == sorted(reports)
+    assert "records-read" not in {p.name for p in (tmp_path / "snap").iterdir()}
     restore(tmp_path / "snap", tmp_path / "restored")
     with View(tmp_path / "restored") as restored, live_view(events, tps, tmp_path / "live") as live:
         assert_view_equal(restored, live, only=set(tps))
@@ -317,15 +326,45 @@ def test_a_partition_with_records_in_two_metadata_partitions_is_refused(spark, t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["archive"]
 
 
+def test_the_command_shows_its_own_progress_not_the_jvms(tmp_path):
+    """What `rlmm snapshot build` prints on stderr is its own: its progress lines and the bar of the records read,
+    not the JVM's (incubator modules, log4j's setup, Hadoop's native library), which go to a log of the build's
+    own, removed when the build succeeds."""
+    events, _ = workload_events(600, seed=43)
+    write_archive(tmp_path / "archive", dense(events), 5)
+    command = ["snapshot", "build", "--archive", str(tmp_path / "archive"), "--out", str(tmp_path / "snap")]
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmm.cli", *command, "--master", "local[1]"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    assert lines and all(line.startswith(("[", "records read ")) for line in lines), done.stderr
+    assert lines[-1].split()[-2] == f"{len(events)}/{len(events)}"  # the bar, at its end
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["archive", "snap"]  # the JVM's log removed
+
+
+def _records_read(out) -> int:
+    """What the reading tasks of a build into ``out`` counted so far (snapshots/progress.py)."""
+    read = 0
+    for path in out.parent.glob(f"{out.name}.partial-*/records-read/[!.]*"):
+        with contextlib.suppress(FileNotFoundError):  # the build ended meanwhile
+            read += int(path.read_text())
+    return read
+
+
 def test_ctrl_c_during_a_build_cancels_it_quietly(tmp_path):
     """A real SIGINT while Spark runs the build's job: exit 130, one line saying so, no tracebacks, nothing
     written (before: ~60 lines of py4j and Spark tracebacks)."""
     import signal
-    import subprocess
-    import sys
+    import time
 
     events, _ = workload_events(60_000, seed=31)
     write_archive(tmp_path / "archive", dense(events), 5)
+    (tmp_path / "tmp").mkdir()
     build = subprocess.Popen(
         [
             sys.executable,
@@ -343,16 +382,17 @@ def test_ctrl_c_during_a_build_cancels_it_quietly(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},  # where the JVM's log goes, and is removed from
     )
-    lines = []
-    for line in build.stderr:  # progress lines until the job runs
-        lines.append(line)
-        if "] stage " in line:
-            break
+    while not _records_read(tmp_path / "snap") and build.poll() is None:  # until the job reads records
+        time.sleep(0.1)
     build.send_signal(signal.SIGINT)
     out, err = build.communicate(timeout=120)
-    lines += err.splitlines(keepends=True)
+    lines = err.splitlines(keepends=True)
     assert build.returncode == 130, "".join(lines)
     assert lines[-1] == "interrupted: Spark's jobs cancelled, nothing written\n" and out == ""
     assert "Traceback" not in "".join(lines) and " ERROR " not in "".join(lines)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["archive"]
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.parent.name != "archive") == [
+        "archive",
+        "tmp",
+    ]

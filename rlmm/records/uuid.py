@@ -7,6 +7,7 @@ import re
 
 # 21 free characters, then one whose low 4 bits are zero: 22 * 6 = 132 bits carry the 128.
 _TEXT = re.compile(r"[A-Za-z0-9_-]{21}[AQgw]")
+_STANDARD_TO_URL_SAFE = str.maketrans("+/", "-_")
 
 
 def uuid_to_str(b: bytes) -> str:
@@ -20,3 +21,10 @@ def uuid_from_str(s: object) -> bytes:
     if not isinstance(s, str) or not _TEXT.fullmatch(s):
         raise ValueError(f"not a Kafka uuid (22 URL-safe base64 characters, no padding): {s!r}")
     return base64.urlsafe_b64decode(s + "==")
+
+
+def uuid_text(s: str) -> str:
+    """Kafka's text form of a uuid written in it or in standard base64 (``+`` and ``/``, padded or not), as
+    librdkafka's ``Uuid`` prints a topic id and as views and snapshots of rlmm 0.1 stored it. Other text is
+    returned as it is: an id is compared, never decoded."""
+    return s.translate(_STANDARD_TO_URL_SAFE).rstrip("=")

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
+import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from consumers.manager import RemoteLogMetadataManager
 from rlmm.errors import ServeError
+from rlmm.runtime import stderr_into
 from rlmm.server.auth import WriteAuthorization
 from rlmm.server.backend import Backend
 from rlmm.server.metrics import Metrics
@@ -107,17 +111,28 @@ class RlmmServer:
     def _listen(self, settings: Settings) -> int:
         credentials = server_credentials(settings)
         address = join_address(*split_address(settings.listen))
-        try:
-            return (
-                self._server.add_secure_port(address, credentials)
-                if credentials is not None
-                else self._server.add_insecure_port(address)
-            )
-        except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
+        # gRPC's core logs a failed bind on stderr itself (E... add_port.cc: ...), before our one line: that
+        # line is kept aside, and the cause it names goes into ours
+        with tempfile.TemporaryFile() as grpc_says:
+            with stderr_into(grpc_says):
+                try:
+                    port = (
+                        self._server.add_secure_port(address, credentials)
+                        if credentials is not None
+                        else self._server.add_insecure_port(address)
+                    )
+                except RuntimeError:  # grpcio: "Failed to bind to address ..."
+                    port = None
+            grpc_says.seek(0)
+            said = grpc_says.read().decode(errors="replace")
+        if port is None:
+            cause = re.search(r"Error in bind for address '[^']*': ([^)\n]+)", said)
             raise ServeError(
-                f"cannot listen on {settings.listen}: the address is in use or not local; choose "
-                f"another (--listen, RLMM_LISTEN)"
-            ) from exc
+                f"cannot listen on {settings.listen} ({cause[1] if cause else 'in use, or not local'}): choose "
+                f"another address (--listen, RLMM_LISTEN)"
+            )
+        sys.stderr.write(said)  # what anything else wrote meanwhile
+        return port
 
     def start(self) -> RlmmServer:
         self._set_health(self.backend.serving())

@@ -104,7 +104,11 @@ _PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--token", envvar="RLMM_TOKEN", help="Bearer token for writes (or RLMM_TOKEN).")
 @click.option("--timeout", type=float, default=10.0, show_default=True, help="Deadline of each attempt, seconds.")
 @click.option(
-    "--retry-for", type=float, default=10.0, show_default=True, help="Keep retrying UNAVAILABLE this long, seconds."
+    "--retry-for",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Keep retrying UNAVAILABLE this long, seconds (not a refused connection: nothing listens there).",
 )
 @click.pass_context
 def query(

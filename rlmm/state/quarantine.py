@@ -27,6 +27,20 @@ class QuarantinedRecord:
         """The entry of a value that ``rlmm.state.classify.classify`` found undecodable, for ``error``."""
         return cls(metadata_partition, offset, str(error), error.kafka_exception, error.kafka_cause, value)
 
+    def as_json(self, values: bool = True) -> dict[str, object]:
+        """The form ``rlmm quarantine`` prints (``values``: with the record's bytes as hex)."""
+        line: dict[str, object] = {
+            "metadata_partition": self.metadata_partition,
+            "offset": self.offset,
+            "error": self.kafka_error,
+            "cause": self.kafka_cause,
+            "reason": self.reason,
+            "null": self.value is None,
+        }
+        if values:
+            line["hex"] = None if self.value is None else self.value.hex()
+        return line
+
     def pack(self) -> bytes:
         header = json.dumps(
             {
