@@ -273,9 +273,7 @@ def serve(conn: Connection) -> None:
 
 def main() -> None:
     fd, parent = int(sys.argv[1]), int(sys.argv[2])
-    die_with_parent()
-    if os.getppid() != parent:
-        return  # the parent went away before the death signal was set
+    die_with_parent(parent)
     # the parent stops the client (close, or by going away): a Ctrl-C to the process group is not for us
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -26,6 +26,7 @@ from rlmm.errors import (
     NotInitializedError,
     ServiceStoppedError,
     TopicChangedError,
+    ViewOfAnotherTopicError,
     WriteFailedError,
     WriteNotAppliedError,
     WriteTimeoutError,
@@ -130,6 +131,9 @@ class RemoteLogMetadataManager:
 
     def _store(self, record: RemoteLogMetadata) -> Position:
         """Write the record and wait until the view applied it; returns where it landed."""
+        failure = self.consumer.failure
+        if isinstance(failure, TopicChangedError):  # for good, unlike a topic not ready yet
+            raise ViewOfAnotherTopicError(f"{type(failure).__name__}: {failure}")
         if not self.consumer.initialized:
             raise NotInitializedError(
                 f"the metadata topic {self.config.topic!r} is not ready: "

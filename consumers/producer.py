@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from consumers.config import RlmmConfig
-from rlmm.errors import ProducerRecoveringError
+from rlmm.errors import ProducerRecoveringError, RecordTooLargeError
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,7 @@ _PRODUCER_ID_REFUSED = frozenset(
     }
 )
 _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
 
 
 class MetadataProducer:
@@ -100,11 +101,21 @@ class MetadataProducer:
         try:
             self._producer.produce(self.topic, value, partition=metadata_partition, on_delivery=delivered)
         except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                raise self._too_large(len(value)) from None
             if not exc.args[0].fatal():
                 raise
             self._fatal = exc.args[0]
             raise ProducerRecoveringError(self._recovering(exc.args[0])) from None
         return future
+
+    def _too_large(self, size: int) -> RecordTooLargeError:
+        limit = self._config.producer_config().get("message.max.bytes", MESSAGE_MAX_BYTES)
+        return RecordTooLargeError(
+            f"the record is {size} bytes, larger than the producer's message.max.bytes ({limit} bytes, framing "
+            f"included): it was not written; write less custom metadata, or raise "
+            f"remote.log.metadata.producer.message.max.bytes (and the broker's message.max.bytes)"
+        )
 
     def _recovering(self, error: KafkaError | None) -> str:
         return self.failure or (

@@ -17,8 +17,9 @@ callers catch by them.
     ├── StateError, SnapshotError                   a snapshot that cannot be used
     ├── ArgumentError                               a malformed request field
     ├── KafkaSideError                              the metadata topic, the broker, the producer
-    │   ├── BrokerError, TopicMismatchError, TopicChangedError, NotInitializedError
+    │   ├── BrokerError, TopicMismatchError, TopicChangedError, ViewOfAnotherTopicError, NotInitializedError
     │   ├── InvalidMetadataError, WriteTimeoutError, WriteFailedError, ServiceStoppedError
+    │   ├── RecordTooLargeError
     │   └── ProducerRecoveringError
     ├── ServerError                                 what the gRPC server refuses or cannot do
     │   └── NoKafkaError, ConsumerStoppedError, AccessDenied, ServeError, PrimaryUnavailableError
@@ -185,6 +186,17 @@ class KafkaClientCrashed(KafkaSideError, RuntimeError):
     handed over was applied. The consumer stops; the service goes on answering, NOT_SERVING."""
 
 
+class ViewOfAnotherTopicError(KafkaSideError, RuntimeError):
+    """A read or a write sent to a service whose consumer stopped on a ``TopicChangedError`` (``failure``, as
+    "TopicChangedError: ..."): only a reset or a restore makes it answer again, so retrying cannot help."""
+
+    def __init__(self, failure: str) -> None:
+        super().__init__(
+            f"the metadata consumer stopped ({failure}): this server answers no reads nor writes until its view is "
+            f"rebuilt"
+        )
+
+
 class NotInitializedError(KafkaSideError, RuntimeError):
     """The metadata topic is not known good yet (or the service stopped)."""
 
@@ -206,6 +218,13 @@ class WriteTimeoutError(KafkaSideError, TimeoutError):
 
 class WriteFailedError(KafkaSideError, RuntimeError):
     """The broker refused the record: it was not written."""
+
+
+class RecordTooLargeError(KafkaSideError, ValueError):
+    """A write whose record is larger than the producer's ``message.max.bytes``: it was not sent, and never will
+    be as it is."""
+
+    kafka_exception = "RecordTooLargeException"
 
 
 class WriteNotAppliedError(KafkaSideError, RuntimeError):

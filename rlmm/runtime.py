@@ -1,4 +1,4 @@
-"""Process-wide settings of an rlmm process."""
+"""Process-wide settings of an rlmm process: the garbage collector's pace, a worker's tie to its parent."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import BinaryIO, Final
 
 GC_THRESHOLDS: Final = (50_000, 20, 20)
-_PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG: Final = 1  # linux/prctl.h
 _SIGKILL = int(signal.SIGKILL)
 _prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
 
@@ -29,12 +29,17 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def die_with_parent() -> None:
-    """In a child, before exec (``preexec_fn``) or first thing after: Linux kills it when the thread that started
-    it dies, so that a process that is killed leaves no child behind (a broker, a Kafka client). Only a call into
-    libc, resolved beforehand: the child of a threaded process must not take locks before exec."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, _SIGKILL)
+def die_with_parent(parent: int | None = None) -> None:
+    """Be killed (SIGKILL) when the thread that started this process ends, so that a process that is killed
+    leaves no child behind (a broker, a Kafka client, a pool's worker). Linux's ``PR_SET_PDEATHSIG`` (nothing
+    elsewhere). ``parent``: the process that started this one, which may have ended before the call: then this
+    one ends at once. Without it, the call is safe in a child before exec (``preexec_fn``): only a call into
+    libc, resolved beforehand (the child of a threaded process must not take locks)."""
+    if _prctl is None:
+        return
+    _prctl(PR_SET_PDEATHSIG, _SIGKILL)
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), _SIGKILL)
 
 
 @contextmanager

@@ -109,6 +109,13 @@ class Settings(BaseSettings):
         "entries batch lookups read (~270 bytes per segment), which then "
         "skip the block searches; the view then deletes a partition key by key.",
     )
+    check_mb_per_s: float = Field(
+        2.0,
+        ge=0,
+        description="Pace of the background check of the view while serving: MB of its table files read per "
+        "second, every block's checksum verified, over and over (0: off). Damage it finds turns the server "
+        "NOT_SERVING, as a read that meets it does.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Least severe log lines written to stderr."
     )

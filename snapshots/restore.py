@@ -11,6 +11,7 @@ from pathlib import Path
 from consumers import view_state
 from rlmm.errors import SnapshotError
 from rlmm.records.model import TopicIdPartition
+from rlmm.runtime import die_with_parent
 from rlmm.state import keys as K
 from rlmm.state.export import PartitionState, partition_state, partitions, write_partition_state, write_view_rows
 from rlmm.state.kv import MemoryKV, ReadKV, scan
@@ -123,7 +124,9 @@ def restore(
         if workers > 1:
             import multiprocessing
 
-            with multiprocessing.get_context("fork").Pool(workers) as pool:
+            with multiprocessing.get_context("fork").Pool(
+                workers, initializer=die_with_parent, initargs=(os.getpid(),)
+            ) as pool:
                 results = pool.map(_partition_rows, jobs)
         else:
             results = [_partition_rows(job) for job in jobs]

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from consumers.broker import free_port
 from consumers.config import RlmmConfig
 from consumers.manager import RemoteLogMetadataManager
 from consumers.topic import ensure_topic
-from rlmm.errors import ConsumerStoppedError, SnapshotError, TopicChangedError, UnavailableError
+from rlmm.errors import RefusedError, SnapshotError, TopicChangedError, ViewOfAnotherTopicError
 from rlmm.records import SegmentState, TopicIdPartition, encode_value, metadata_partition
 from rlmm.server.backend import Backend
 from rlmm.state import keys as K
@@ -33,6 +34,7 @@ from tests.grpc_support import client, running_server
 from tests.kafka_broker import RawProducer, start_broker
 from tests.test_broker_writes import segment, update
 from tests.test_cli_errors import RLMM
+from tests.test_grpc_workers import WAIT_S, serve
 
 TP = TopicIdPartition(bytes(range(16)), "orders", 3)
 PARTITIONS = 3
@@ -80,8 +82,10 @@ def assert_stopped_unmixed(rlmm: RemoteLogMetadataManager, view: View, before: d
     backend = Backend(view, rlmm)
     assert not backend.serving()
     assert "TopicChangedError" in backend.status().failure and not backend.status().consumes
-    with pytest.raises(ConsumerStoppedError, match="answers no more reads"):
+    with pytest.raises(ViewOfAnotherTopicError, match="answers no reads nor writes until its view is rebuilt"):
         backend.queries.is_ready(TP)
+    with pytest.raises(ViewOfAnotherTopicError, match="TopicChangedError: .*rlmm serve --reset"):
+        rlmm.add_remote_log_segment_metadata(segment(TP, 5000, 5009))  # not "not ready": retrying cannot help
 
 
 def view_of_a_topic_created_again(config: RlmmConfig, path: Path) -> str | None:
@@ -191,9 +195,12 @@ def test_a_view_past_the_end_of_the_topic(rlmm_config, tmp_path) -> None:
         with running_server(view, rlmm) as server, client(server, retry_for=30) as asking:
             assert asking.health() == "NOT_SERVING"
             started = time.monotonic()
-            with pytest.raises(UnavailableError) as refused:
-                asking.is_ready(TP)
-            assert refused.value.reason == "CONSUMER_STOPPED" and refused.value.retry_after_s is None
+            for call, args in ((asking.is_ready, TP), (asking.add_remote_log_segment_metadata, segment(TP, 0, 9))):
+                with pytest.raises(RefusedError) as refused:
+                    call(args)
+                assert refused.value.code.name == "FAILED_PRECONDITION", refused.value
+                assert refused.value.reason == "METADATA_TOPIC_CHANGED" and refused.value.retry_after_s is None
+                assert f"metadata partition {MP} ends at offset 4" in refused.value.message
             assert time.monotonic() - started < 5  # not retried: this server will not answer again
             status = asking.status()
             assert not status["consumes"] and status["failure"].startswith("TopicChangedError: metadata partition")
@@ -211,6 +218,29 @@ def test_a_write_below_the_view_position_is_not_reported_applied(rlmm_config, tm
             rlmm.add_remote_log_segment_metadata(segment(TP, 2000, 2009))
         assert refused.value.kind == "offsets_backwards"
         assert isinstance(wait_failed(rlmm), TopicChangedError)
+
+
+def test_every_worker_refuses_reads_and_writes_for_good_once_the_topic_changed(kafka, tmp_path) -> None:
+    """``rlmm serve --workers 2`` over a view built from a topic of another id: the primary's consumer stops at its
+    first check of the topic, and both workers refuse reads and writes with FAILED_PRECONDITION (reason
+    METADATA_TOPIC_CHANGED, no retry hint), which clients do not retry, rather than UNAVAILABLE, which they do."""
+    with View(tmp_path / "view") as view, view.batch() as batch:
+        batch.assign(TP)
+        batch.put_consumer_state(view_state.TOPIC_ID, b"AAAAAAAAAAAAAAAAAAAAAA")
+    with serve(tmp_path, kafka, f"rlmm-test-changed-{uuid.uuid4().hex[:12]}", "--workers", "2") as served:
+        with served.pinned_clients() as pinned:
+            deadline = time.monotonic() + WAIT_S
+            while not (pinned["0"].status()["failure"] or "").startswith("TopicChangedError: ") and (
+                time.monotonic() < deadline
+            ):
+                time.sleep(0.1)
+            for worker, rlmm in pinned.items():
+                for call, args in ((rlmm.is_ready, TP), (rlmm.add_remote_log_segment_metadata, segment(TP, 0, 9))):
+                    with pytest.raises(RefusedError) as refused:
+                        call(args)
+                    assert refused.value.code.name == "FAILED_PRECONDITION", (worker, refused.value)
+                    assert refused.value.reason == "METADATA_TOPIC_CHANGED" and refused.value.retry_after_s is None
+                    assert "now has the topic id" in refused.value.message and "--reset" in refused.value.message
 
 
 def test_reset_from_the_command_line(kafka, tmp_path) -> None:

@@ -14,6 +14,7 @@ from grpc_status import rpc_status
 
 from rlmm import convert
 from rlmm.errors import (
+    InvalidArgumentError,
     NotFoundError,
     RefusedError,
     RemoteResourceNotFound,
@@ -185,6 +186,21 @@ def test_a_write_refused_when_applied_fails_with_kafkas_exception(kafka, tmp_pat
         assert unapplied.value.code is grpc.StatusCode.FAILED_PRECONDITION
         assert unapplied.value.reason == "WRITE_REFUSED_WHEN_APPLIED"
         assert unapplied.value.kafka_exception == "IllegalStateException"
+
+
+def test_a_write_larger_than_the_producer_takes_is_an_invalid_argument(service) -> None:
+    """A record over the producer's message.max.bytes (custom metadata of 1.2 MB) is refused before it is sent,
+    naming its size and the limit; nothing reaches the topic, and the next write goes through."""
+    server, manager, view, rlmm = service
+    tp = new_tp("oversized")
+    registered(rlmm, tp)
+    with pytest.raises(InvalidArgumentError, match=r"the record is \d+ bytes, larger than .*\(1000000 bytes") as big:
+        rlmm.add_remote_log_segment_metadata(segment(tp, 0, 9, custom=bytes(1_200_000)))
+    assert big.value.code is grpc.StatusCode.INVALID_ARGUMENT and big.value.reason == "RECORD_TOO_LARGE"
+    assert big.value.kafka_exception == "RecordTooLargeException" and "it was not written" in big.value.message
+    assert rlmm.list_remote_log_segments(tp) == []
+    rlmm.add_remote_log_segment_metadata(segment(tp, 0, 9, custom=bytes(100)))
+    assert len(rlmm.list_remote_log_segments(tp)) == 1
 
 
 def test_stopped_partitions_are_forgotten(service) -> None:

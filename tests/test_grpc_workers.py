@@ -27,8 +27,10 @@ from rlmm.client import RlmmClient
 from rlmm.convert import topic_id_partition_pb
 from rlmm.errors import CallError
 from rlmm.records.model import PartitionDeleteState, SegmentState, SegmentUpdate
+from rlmm.state.view import View
 from rlmm.v1 import service_pb2 as api
 from tests.grpc_support import TS, finished, new_tp, partition_delete, segment
+from tests.test_cli_errors import one_error_line
 
 RLMM = [sys.executable, "-m", "rlmm.cli"]
 WAIT_S = 60  # only so that a broken server fails the test instead of hanging it
@@ -366,3 +368,57 @@ def test_sigterm_stops_every_worker(workers) -> None:
     _, alive = psutil.wait_procs(children, timeout=WAIT_S)
     assert not alive
     assert list(served.runtime.iterdir()) == []  # the supervisor's runtime directory is gone with it
+
+
+def _serve_without_kafka(view: Path, runtime: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*RLMM, "serve", "--view", str(view), "--listen", "127.0.0.1:0", "--workers", "2", "--grace-s", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(runtime)},
+    )
+
+
+def test_the_runtime_folder_of_a_killed_supervisor_is_removed_by_the_next_start(tmp_path) -> None:
+    """SIGKILL leaves the supervisor no time to remove its runtime folder; the next ``serve --workers`` beside it
+    removes it, as it no longer has a process, and makes its own."""
+    View(tmp_path / "view").close()
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    first = _serve_without_kafka(tmp_path / "view", runtime)
+    try:
+        assert json.loads(first.stdout.readline())["pid"] == first.pid
+        children = psutil.Process(first.pid).children()
+        left = list(runtime.iterdir())
+        assert len(left) == 1
+    finally:
+        first.kill()
+        first.communicate(timeout=WAIT_S)
+    _, alive = psutil.wait_procs(children, timeout=WAIT_S)  # the workers stop with their supervisor
+    assert not alive
+    assert list(runtime.iterdir()) == left  # left behind
+    second = _serve_without_kafka(tmp_path / "view", runtime)
+    try:
+        assert json.loads(second.stdout.readline())["pid"] == second.pid
+        now = list(runtime.iterdir())
+        assert left[0] not in now and len(now) == 1
+        assert left[0].name == f"rlmm-serve-{first.pid}" and now[0].name == f"rlmm-serve-{second.pid}"
+    finally:
+        second.send_signal(signal.SIGTERM)
+        _, stderr = second.communicate(timeout=WAIT_S)
+    assert second.returncode == 0, stderr
+    assert f"removing {left[0]}, left by process {first.pid} which no longer runs" in stderr
+    assert list(runtime.iterdir()) == []
+
+
+def test_a_view_in_use_is_said_in_one_line_as_with_one_worker(tmp_path) -> None:
+    """``serve --workers 2`` on a view another process holds: the line one process prints, not RocksDB's lock
+    error."""
+    (tmp_path / "runtime").mkdir()
+    with View(tmp_path / "held"):
+        done = _serve_without_kafka(tmp_path / "held", tmp_path / "runtime")
+        _, stderr = done.communicate(timeout=WAIT_S)
+    assert done.returncode == 1, stderr
+    one_error_line(stderr, f"the view {tmp_path / 'held'} is in use by another process", "stop it")
+    assert "LOCK" not in stderr.strip().splitlines()[-1]

@@ -10,7 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from consumers import view_state
 from consumers.broker import free_port
+from rlmm.client import RlmmClient
+from rlmm.errors import RefusedError
+from rlmm.records.model import TopicIdPartition
+from rlmm.state.view import View
 from tests.kafka_plugin_support import (  # noqa: F401 (built_plugin: a fixture)
     Harness,
     Pki,
@@ -166,6 +171,36 @@ def test_failover_to_the_second_target_keeps_acknowledged_writes_visible(harness
             assert visible["errors"] == [] and visible["violations"] == [], (reader, visible)
         harness.call("close", id="failover")
         harness.call("close", id="probe-two")
+
+
+def test_a_server_whose_view_is_of_another_topic_hands_calls_to_the_next_target(
+    harness: Harness, kafka, tmp_path
+) -> None:
+    """Two rlmm on one topic; the first serves a view built from a topic of another id, so its consumer stops and
+    it refuses reads and writes with FAILED_PRECONDITION (METADATA_TOPIC_CHANGED), which only rebuilding its view
+    lifts. The plugin hands each call to the second target, which answers, rather than failing it."""
+    topic, tp = topic_name(), new_tp("changed")
+    stale = RlmmServe(tmp_path, kafka.bootstrap_servers, topic, 3, name="stale")
+    with View(stale.view) as view, view.batch() as batch:
+        batch.put_consumer_state(view_state.TOPIC_ID, b"AAAAAAAAAAAAAAAAAAAAAA")
+    with stale, RlmmServe(tmp_path, kafka.bootstrap_servers, topic, 3, name="good") as good:
+        with RlmmClient(stale.address, retry_for=0) as asking:
+            deadline = time.monotonic() + 60
+            while not (asking.status()["failure"] or "").startswith("TopicChangedError: ") and (
+                time.monotonic() < deadline
+            ):
+                time.sleep(0.1)
+            with pytest.raises(RefusedError) as refused:
+                asking.is_ready(TopicIdPartition(bytes(16), "x", 0))
+            assert refused.value.reason == "METADATA_TOPIC_CHANGED", refused.value
+        harness.open("changed", f"{stale.address},{good.address}", call_timeout_ms=20_000, write_timeout_ms=60_000)
+        harness.call("register", id="changed", leaders=[tp])
+        assert harness.call("wait_ready", id="changed", partitions=[tp])["ready"]
+        written = harness.call("write_segments", id="changed", tp=tp, count=3)
+        assert written["failures"] == [] and len(written["acked"]) == 3, written
+        visible = harness.call("check_visible", id="changed", tp=tp, segments=written["acked"])
+        assert visible["errors"] == [] and visible["violations"] == [], visible
+        harness.call("close", id="changed")
 
 
 def test_two_brokers_share_one_rlmm(harness: Harness, kafka, tmp_path) -> None:

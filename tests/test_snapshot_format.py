@@ -10,7 +10,9 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -274,6 +276,51 @@ if sys.argv[1] == "export":
 else:
     rst.restore(sys.argv[2], sys.argv[3])
 """
+
+
+_WORKERS_HELD = """
+import os, sys, time
+import snapshots.restore as rst
+def held(job):  # each worker says it runs, then takes its time
+    open(os.path.join(sys.argv[3], str(os.getpid())), "w").close()
+    time.sleep(300)
+rst._partition_rows = held
+rst.restore(sys.argv[1], sys.argv[2], workers=2)
+"""
+
+
+def test_restore_workers_die_with_their_killed_parent(tmp_path, monkeypatch):
+    """A restore killed (SIGKILL) while its two worker processes build rows: they end with it, rather than go on
+    and then wait for work for ever."""
+    import snapshots.format as fmt
+
+    monkeypatch.setattr(fmt, "SEGMENTS_PER_FILE", 8)
+    events, tps = workload_events(600, seed=5)
+    live_view(events, tps, tmp_path / "live").close()
+    assert len(export(tmp_path / "live", tmp_path / "snap", 5)["partition_files"]) >= 2
+    running = tmp_path / "running"
+    running.mkdir()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _WORKERS_HELD, str(tmp_path / "snap"), str(tmp_path / "restored"), str(running)]
+    )
+    workers: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(running.iterdir())) < 2 and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.05)
+        workers = [psutil.Process(int(p.name)) for p in running.iterdir()]
+        assert len(workers) == 2 and all(w.ppid() == parent.pid for w in workers)
+        parent.kill()
+        assert parent.wait(30) == -9
+        _, alive = psutil.wait_procs(workers, timeout=30)
+        assert alive == []
+    finally:
+        for worker in workers:
+            if worker.is_running():
+                worker.kill()
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
 
 
 def test_folders_of_killed_export_and_restore_are_removed_by_the_next_run(snapshot, tmp_path):

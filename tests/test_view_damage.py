@@ -211,7 +211,7 @@ def test_the_server_stops_serving_a_damaged_view(views, tmp_path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "RLMM_CACHE_MB": "1"},
+        env={**os.environ, "RLMM_CACHE_MB": "1", "RLMM_CHECK_MB_PER_S": "0"},  # damage found by a read
     )
     try:
         started = json.loads(server.stdout.readline())
@@ -255,6 +255,67 @@ def test_the_server_stops_serving_a_damaged_view(views, tmp_path) -> None:
         server.terminate()
         _, stderr = server.communicate(timeout=30)
     assert "NOT_SERVING" in stderr and "Corruption" in stderr  # logged once, with RocksDB's message
+
+
+def damaged_cold_rows(path: Path) -> None:
+    """A view whose inversions column family, which no read of the server touches, holds three table files of
+    20,000 rows, the largest of them damaged."""
+    with View(path) as view:
+        for table in range(3):
+            with view.batch() as batch:
+                for i in range(20_000):
+                    batch.stage.put(K.INVERSIONS, b"p" + (i * 3 + table).to_bytes(8, "big"), i.to_bytes(8, "big") * 8)
+            view.flush()
+    damage(path, K.INVERSIONS)
+
+
+def test_damage_a_compaction_meets_is_reported_by_the_close_as_damage(tmp_path) -> None:
+    """A fourth table file makes RocksDB compact the four, which reads the damaged one: the close that follows
+    reports it as ``ViewDamaged`` (the commands' one line "the view ... is damaged ...: restore it"), not as
+    RocksDB's raw exception (a traceback)."""
+    damaged_cold_rows(tmp_path / "view")
+    kv = RocksKV(tmp_path / "view")
+    stage = StagedKV(kv)
+    stage.put(K.INVERSIONS, b"q", b"x")
+    kv.commit(stage)
+    kv.flush()
+    deadline = time.monotonic() + 60
+    while not kv.db.property_int_value("rocksdb.background-errors") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert kv.db.property_int_value("rocksdb.background-errors") == 1  # the compaction met the damage
+    with pytest.raises(ViewDamaged, match="Corruption: block checksum mismatch"):
+        kv.close()
+    assert isinstance(kv.fault, ViewDamaged)
+
+
+def test_the_background_check_finds_damage_that_no_read_meets(tmp_path) -> None:
+    """``rlmm serve`` over a view damaged where no read goes: its background check reads the whole view at its
+    pace, meets the damage, and the server turns NOT_SERVING with the cause in its status, refusing reads
+    (DATA_LOSS), without any read having met it."""
+    damaged_cold_rows(tmp_path / "view")
+    server = subprocess.Popen(
+        [*RLMM, "serve", "--view", str(tmp_path / "view"), "--listen", "127.0.0.1:0", "--log-format", "text"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RLMM_CHECK_MB_PER_S": "64"},
+    )
+    try:
+        started = json.loads(server.stdout.readline())
+        with RlmmClient(f"127.0.0.1:{started['port']}", retry_for=0) as client:
+            deadline = time.monotonic() + 60
+            while client.health() != "NOT_SERVING" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert client.health() == "NOT_SERVING"
+            status = client.status()
+            assert not status["serving"] and "Corruption: block checksum mismatch" in status["failure"]
+            with pytest.raises(CallError) as refused:
+                client.is_ready(new_tp())
+            assert refused.value.code == grpc.StatusCode.DATA_LOSS and refused.value.reason == "VIEW_DAMAGED"
+    finally:
+        server.terminate()
+        _, stderr = server.communicate(timeout=60)
+    assert "health: NOT_SERVING (ViewDamaged: Corruption" in stderr
 
 
 @pytest.mark.parametrize("kind", ["damaged", "another schema version"])

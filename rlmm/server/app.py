@@ -26,6 +26,7 @@ from rlmm.server.metrics import Metrics
 from rlmm.server.reflection import enable_reflection
 from rlmm.server.servicer import SERVICE_NAME, RlmmServicer, add_to_server
 from rlmm.server.sharing import CommitCounter, RuntimeDir
+from rlmm.server.view_check import BackgroundCheck
 from rlmm.settings import Settings, join_address, split_address
 from rlmm.state.view import View, reset_view
 
@@ -209,6 +210,7 @@ def run(
         manager = None if config is None else RemoteLogMetadataManager(view, config, partitions)
         if manager is not None:
             manager.start()
+        check = None if not settings.check_mb_per_s else BackgroundCheck(view, settings.check_mb_per_s).start()
         try:
             backend = Backend(view, manager)
             metrics = Metrics()
@@ -240,6 +242,8 @@ def run(
             log.info("stopping: draining calls in flight", extra={"grace_s": settings.grace_s})
             _stop_all(servers)
         finally:
+            if check is not None:
+                check.stop()
             if manager is not None:
                 manager.close()
             view.flush()

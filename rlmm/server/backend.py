@@ -9,7 +9,16 @@ from dataclasses import dataclass, field
 
 from consumers.ledger import NotReady, Progress
 from consumers.manager import RemoteLogMetadataManager
-from rlmm.errors import ConsumerStoppedError, NoKafkaError, NotCaughtUpError, ViewDamaged, ViewError
+from rlmm.errors import (
+    ConsumerStoppedError,
+    NoKafkaError,
+    NotCaughtUpError,
+    RlmmError,
+    TopicChangedError,
+    ViewDamaged,
+    ViewError,
+    ViewOfAnotherTopicError,
+)
 from rlmm.state import keys as K
 from rlmm.state.queries import Queries
 from rlmm.state.rows import PartitionRow
@@ -67,6 +76,18 @@ def not_applied(view: View, positions: Mapping[int, int]) -> str | None:
     return None
 
 
+def consumer_stopped(failure: str) -> RlmmError:
+    """What a read gets from a server whose consumer stopped for good (``failure``: "ERROR: MESSAGE"): after the
+    metadata topic changed under the view, a refusal that only a reset or a restore lifts; else the server is
+    down for good, and another may answer."""
+    if failure.startswith(f"{TopicChangedError.__name__}: "):
+        return ViewOfAnotherTopicError(failure)
+    return ConsumerStoppedError(
+        f"the metadata consumer stopped ({failure}): this server is NOT_SERVING and answers no more reads, which "
+        f"would be stale"
+    )
+
+
 class Backend:
     def __init__(self, view: View, manager: RemoteLogMetadataManager | None = None) -> None:
         self.view = view
@@ -88,10 +109,7 @@ class Backend:
             )
         failure = None if self._manager is None else self._manager.consumer.failure
         if failure is not None:
-            raise ConsumerStoppedError(
-                f"the metadata consumer stopped ({failure}): this server is NOT_SERVING "
-                f"and answers no more reads, which would be stale"
-            )
+            raise consumer_stopped(f"{type(failure).__name__}: {failure}")
 
     def wait_applied(self, positions: Mapping[int, int], timeout: float) -> None:
         """Return once the view holds every position (metadata partition -> offset) a read must see; else raise

@@ -21,10 +21,10 @@ from prometheus_client.registry import Collector
 
 from consumers.watcher import Position
 from rlmm.client import RlmmClient
-from rlmm.errors import CallError, ConsumerStoppedError, NotCaughtUpError, PrimaryUnavailableError, UnavailableError
+from rlmm.errors import CallError, NotCaughtUpError, PrimaryUnavailableError, UnavailableError
 from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentUpdate, TopicIdPartition
 from rlmm.server.app import HEALTH_POLL_S, RlmmServer
-from rlmm.server.backend import Backend, MetadataPartitionStatus, Status, not_applied
+from rlmm.server.backend import Backend, MetadataPartitionStatus, Status, consumer_stopped, not_applied
 from rlmm.server.metrics import Metrics
 from rlmm.server.sharing import CommitCounter, Freshness, RuntimeDir
 from rlmm.settings import Settings
@@ -163,10 +163,7 @@ class SecondaryBackend(Backend):
         if not state.reachable:
             raise PrimaryUnavailableError(f"{state.failure}: this worker answers no reads, which could be stale")
         if self.primary.kafka and not state.consumes:
-            raise ConsumerStoppedError(
-                f"the metadata consumer stopped ({state.failure}): this server is NOT_SERVING "
-                f"and answers no more reads, which would be stale"
-            )
+            raise consumer_stopped(state.failure or "the primary worker gave no cause")
 
     def wait_applied(self, positions: Mapping[int, int], timeout: float) -> None:
         """Catch up until the view holds every position the primary has committed, within ``timeout`` s."""

@@ -25,7 +25,8 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
-from rlmm.errors import RlmmError, ServeError
+from rlmm.errors import RlmmError, ServeError, ViewError
+from rlmm.pid_folders import pid_folder
 from rlmm.server.sharing import RuntimeDir
 from rlmm.server.worker_metrics import WorkerMetrics, serve_workers_metrics
 from rlmm.settings import Settings, join_address, split_address
@@ -37,6 +38,7 @@ STARTUP_TIMEOUT_S = 300.0  # a primary may upgrade or reset a view before it ser
 QUICK_DEATH_S = 10.0  # a worker dying sooner after its start is restarted after a growing delay
 BACKOFF_S = (0.5, 30.0)
 STOP_MARGIN_S = 60.0  # beyond grace_s, for the consumer to stop and the view to be flushed
+RUNTIME_PREFIX = "rlmm-serve-"
 
 
 @dataclass(slots=True)
@@ -53,11 +55,25 @@ class Worker:
 
 def serve_workers(settings: Settings, started: Callable[[dict], None], reset: bool = False) -> None:
     """Serve with ``settings.workers`` processes until SIGTERM/SIGINT; ``started`` gets the "serving" line."""
-    runtime = RuntimeDir(Path(tempfile.mkdtemp(prefix="rlmm-serve-")))  # 0700
+    runtime = RuntimeDir(_runtime_folder())
     try:
         Supervisor(settings, runtime).run(started, reset)
     finally:
         shutil.rmtree(runtime.root, ignore_errors=True)
+
+
+def _runtime_folder() -> Path:
+    """The supervisor's private runtime folder (0700), ``rlmm-serve-PID`` in the temp folder, made after removing
+    those of supervisors that no longer run (killed, they could not remove theirs)."""
+    root = pid_folder(Path(tempfile.gettempdir()), RUNTIME_PREFIX)
+    shutil.rmtree(root, ignore_errors=True)  # an earlier process's of this PID (a container started again)
+    try:
+        root.mkdir(mode=0o700)
+    except OSError as exc:
+        raise ServeError(
+            f"cannot make the workers' runtime folder {root} ({exc.strerror}): set TMPDIR to a folder of this user's"
+        ) from exc
+    return root
 
 
 class Supervisor:
@@ -124,7 +140,7 @@ class Supervisor:
 
     def _wait_serving(self, worker: Worker) -> dict | None:
         """The worker's "serving" line (None when told to stop meanwhile); a worker that fails or ends first
-        stops the start (ServeError)."""
+        stops the start (ServeError, or the ``ViewError`` it met, which the command tells as for one process)."""
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self._stop.is_set() and time.monotonic() < deadline:
             if worker.events.poll(POLL_S):
@@ -132,6 +148,8 @@ class Supervisor:
                 if event is not None and event["event"] == "serving":
                     worker.metrics_port = event["metrics_port"]
                     return event
+                if event is not None and event.get("view_error") is not None:
+                    raise event["view_error"]
                 raise ServeError((event or {}).get("error") or f"worker {worker.index} ended before serving")
         if self._stop.is_set():
             return None
@@ -215,7 +233,8 @@ def _worker(index: int, settings: Settings, runtime: RuntimeDir, reset: bool, ev
             run_secondary(settings, runtime, index, events.send)
     except RlmmError as exc:
         log.error("worker %d failed: %s", index, exc, extra={"worker": index})
-        events.send({"event": "failed", "error": f"worker {index}: {exc}"})
+        view_error = exc if isinstance(exc, ViewError) else None  # a view in use, damaged...: said as by one process
+        events.send({"event": "failed", "error": f"worker {index}: {exc}", "view_error": view_error})
         raise SystemExit(1) from None
 
 

@@ -85,6 +85,7 @@ ROW_CACHE_MB: Final = 0
 WRITE_BUFFER_MB: Final = 16
 ARENA_BLOCK_KB: Final = 256
 MEMTABLE_BLOOM_RATIO: Final = 0.01
+CHECK_MIN_ENTRIES: Final = 256  # entries a step of a paced check reads at least (``check_from``)
 
 
 class RocksKV:
@@ -182,12 +183,17 @@ class RocksKV:
             )
 
     def close(self) -> None:
-        """Close the database; it is only released once no column family object refers to it."""
+        """Close the database; it is only released once no column family object refers to it. Raises what its
+        last flush met (``ViewDamaged`` for damage a compaction found in a table file no read touched); it closes
+        all the same."""
         self._iterators = {}
         self.cfs.clear()
         self.handles.clear()
         if self.db is not None:  # None while a reopening failed
-            self.db.close()
+            try:
+                self.db.close()
+            except Exception as exc:
+                raise self._failed(exc) from None
 
     def reopen(self) -> None:
         """Close the database and open it again: after a failed write (a full disk) RocksDB refuses every
@@ -337,10 +343,7 @@ class RocksKV:
     def count_keys(self, cf: str) -> int:
         """Read every entry of a column family, verifying each block's checksum, without filling the block
         cache; raises ``ViewDamaged`` at the first damaged block."""
-        options = ReadOptions()
-        options.set_verify_checksums(True)
-        options.fill_cache(False)  # type: ignore[call-arg]  # the stub omits the flag
-        it = self.cfs[cf].iter(options)
+        it = self._checking_iterator(cf)
         it.seek_to_first()
         count = 0
         while it.valid():
@@ -348,6 +351,35 @@ class RocksKV:
             it.next()
         self._check(it)
         return count
+
+    def check_from(self, cf: str, key: bytes | None, table_bytes: int) -> bytes | None:
+        """Read about ``table_bytes`` of a column family's table files, from ``key`` on (None: its first key), as
+        ``count_keys`` does; the key to go on from, None at the column family's end. The bytes are reckoned from
+        the column family's table files and its estimated count of keys."""
+        family = self.cfs[cf]
+        size = family.property_int_value("rocksdb.live-sst-files-size") or 0
+        keys = family.property_int_value("rocksdb.estimate-num-keys") or 0
+        entries = max(CHECK_MIN_ENTRIES, table_bytes * keys // size if size else 0)
+        it = self._checking_iterator(cf)
+        if key is None:
+            it.seek_to_first()
+        else:
+            it.seek(key)
+        for _ in range(entries):
+            if not it.valid():
+                break
+            it.next()
+        if it.valid():
+            return it.key()
+        self._check(it)
+        return None
+
+    def _checking_iterator(self, cf: str) -> Any:
+        """An iterator that verifies each block's checksum and leaves the block cache as it is."""
+        options = ReadOptions()
+        options.set_verify_checksums(True)
+        options.fill_cache(False)  # type: ignore[call-arg]  # the stub omits the flag
+        return self.cfs[cf].iter(options)
 
     def ingest(self, cf: str, paths: list[str]) -> None:
         """Add table files (``write_sst``) to a column family as they are, in one step."""

@@ -352,6 +352,11 @@ class View:
         for cf in K.COLUMN_FAMILIES:
             yield cf, self._kv.count_keys(cf)
 
+    def check_from(self, cf: str, key: bytes | None, table_bytes: int) -> bytes | None:
+        """One step of a paced ``check``: about ``table_bytes`` of column family ``cf``'s table files from ``key``
+        on (None: the start); the key to go on from, None at its end. Damage found is the view's ``fault``."""
+        return self._kv.check_from(cf, key, table_bytes)
+
     def metadata_offsets(self) -> dict[int, int]:
         """Last consumed offset per metadata partition."""
         return {K.read_u32(k): K.read_offset(v, 0) for k, v in scan(self._kv, K.METADATA_OFFSETS, b"")}

@@ -82,6 +82,10 @@ final class CallFailure {
         return switch (code) {
             // transport, a retryable reason, or CONSUMER_STOPPED / VIEW_DAMAGED: this server is done
             case UNAVAILABLE, DATA_LOSS -> true;
+            // this server's view is of another metadata topic until it is rebuilt; another server may have been.
+            // A write it refused was not sent; one that landed below its view is in the topic, and written again
+            // it is a repeated state, as after a server that died before answering
+            case FAILED_PRECONDITION -> reason.equals("METADATA_TOPIC_CHANGED");
             // a server that stops cancels the calls in flight (an interrupt of the caller ends the call before)
             case CANCELLED -> true;
             // the attempt's own deadline; rlmm's WRITE_NOT_APPLIED_IN_TIME was written: a retry would write twice
