@@ -26,7 +26,7 @@ from pathlib import Path
 
 import click
 
-from rlmm.cli_errors import Failure
+from rlmm.cli.errors import Failure
 from rlmm.errors import DecodeError, DemoError
 from rlmm.records.canonical import to_canonical
 from rlmm.records.model import SegmentMetadata

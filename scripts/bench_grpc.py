@@ -188,7 +188,7 @@ def build_view(path: Path, segments: int) -> None:
 
 @functools.cache
 def _partition_pb(i: int):
-    from rlmm.convert import topic_id_partition_pb
+    from rlmm.client.convert import topic_id_partition_pb
 
     return topic_id_partition_pb(partition(i))
 
@@ -262,7 +262,7 @@ def batch_client(
 ) -> None:
     """``calls`` distinct batches of random lookups, one call at a time, asked as ``mode`` says (see
     ``BATCH_MODES``); every answer is received and parsed."""
-    from rlmm.convert import segment_metadata_from_pb
+    from rlmm.client.convert import segment_metadata_from_pb
     from rlmm.records.serde import decode_value
     from rlmm.v1 import service_pb2 as api
 
@@ -336,7 +336,7 @@ def warm_up(port: int, per_partition: int, batch: int) -> float:
 
 def stream_ms(port: int, runs: int = 7) -> tuple[float, int]:
     """Median time to receive every segment of partition 0, and how many it has."""
-    from rlmm.convert import topic_id_partition_pb
+    from rlmm.client.convert import topic_id_partition_pb
     from rlmm.v1 import service_pb2 as api
 
     stub = _stub(port)

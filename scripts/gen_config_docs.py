@@ -29,8 +29,8 @@ from consumers.config import (
     SETTINGS,
     RlmmConfig,
 )
-from rlmm.cli import consume
-from rlmm.cli import main as rlmm_cli
+from rlmm.cli.main import consume
+from rlmm.cli.main import main as rlmm_cli
 from rlmm.server.commands import serve
 from rlmm.settings import BOOTSTRAP_PROPERTY, Settings
 

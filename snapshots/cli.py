@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from rlmm.cli_errors import Failure, view_errors
+from rlmm.cli.errors import Failure, view_errors
 from rlmm.errors import SnapshotError
 from rlmm.runtime import stderr_into
 

@@ -24,7 +24,7 @@ from consumers.config import RlmmConfig
 from consumers.manager import RemoteLogMetadataManager
 from consumers.topic import ensure_topic
 from rlmm import demo
-from rlmm.convert import topic_id_partition_pb
+from rlmm.client.convert import topic_id_partition_pb
 from rlmm.errors import ConsumerStoppedError, DemoError, ServiceStoppedError, TopicMismatchError
 from rlmm.records import SegmentState, TopicIdPartition, encode_value, uuid_to_str
 from rlmm.server.backend import Backend

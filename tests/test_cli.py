@@ -60,7 +60,7 @@ def test_help_of_every_command() -> None:
 
 def test_rlmm_commands_run_with_the_tuned_garbage_collector() -> None:
     probe = (
-        "import atexit, gc, sys; from rlmm.cli import main; "
+        "import atexit, gc, sys; from rlmm.cli.main import main; "
         "atexit.register(lambda: print(list(gc.get_threshold()), file=sys.stderr)); main(['decode'])"
     )
     result = subprocess.run([sys.executable, "-c", probe], input=b"", capture_output=True)

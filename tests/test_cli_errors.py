@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from consumers import view_state
 from consumers.broker import free_port
 from consumers.service import parse_partition
-from rlmm.cli import main
+from rlmm.cli.main import main
 from rlmm.records.canonical import to_canonical
 from rlmm.records.partitioner import metadata_partition
 from rlmm.records.serde import encode_value

@@ -6,7 +6,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from rlmm.cli import main
+from rlmm.cli.main import main
 
 
 def _commands(group: click.Command, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

@@ -8,8 +8,8 @@ import json
 from click.testing import CliRunner, Result
 
 from consumers.broker import free_port
-from rlmm.cli import main
-from rlmm.cli_vocabulary import new_spellings
+from rlmm.cli.main import main
+from rlmm.cli.vocabulary import new_spellings
 from tests.snapshot_support import live_view, workload_events
 
 

@@ -12,7 +12,7 @@ import consumers
 import rlmm
 import snapshots
 from rlmm import errors
-from rlmm.cli_errors import Failure
+from rlmm.cli.errors import Failure
 
 # how a command shows a failure (click's), and the broker's private retry signal (a BrokerError)
 OUTSIDE_THE_MODULE = {Failure, importlib.import_module("consumers.broker")._NotReady}

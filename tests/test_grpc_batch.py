@@ -10,8 +10,7 @@ import os
 import grpc
 import pytest
 
-from rlmm import convert
-from rlmm.client import RlmmClient
+from rlmm.client import RlmmClient, convert
 from rlmm.errors import CallError, KafkaStateError
 from rlmm.records.model import SegmentMetadata, SegmentState
 from rlmm.records.serde import decode_value, encode_value

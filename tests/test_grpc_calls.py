@@ -12,7 +12,7 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from rlmm import convert
+from rlmm.client import convert
 from rlmm.errors import (
     InvalidArgumentError,
     NotFoundError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlmm import convert
+from rlmm.client import convert
 from rlmm.records import PartitionDelete, SegmentMetadata, SegmentUpdate, decode_value, encode_value
 from rlmm.v1 import metadata_pb2 as pb
 from tests.kafka_compat import load_records, params, require

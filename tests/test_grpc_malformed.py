@@ -9,8 +9,7 @@ from google.protobuf.message_factory import GetMessageClass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlmm import convert
-from rlmm.client import RlmmClient
+from rlmm.client import RlmmClient, convert
 from rlmm.records.model import TopicIdPartition
 from rlmm.server.servicer import SERVICE, SERVICE_NAME
 from rlmm.state.view import View

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from consumers.manager import RemoteLogMetadataManager
-from rlmm.convert import topic_id_partition_pb
+from rlmm.client.convert import topic_id_partition_pb
 from rlmm.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from rlmm.records import metadata_partition
 from rlmm.state.view import View

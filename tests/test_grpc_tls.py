@@ -112,7 +112,7 @@ def test_mutual_tls_and_subject_authorization(pki, kafka, tmp_path) -> None:
 def test_health_command_over_tls_and_mutual_tls(pki, tmp_path) -> None:
     from click.testing import CliRunner
 
-    from rlmm.cli import main
+    from rlmm.cli.main import main
 
     leaf = pki.ca.issue_cert("prober.clients.test", common_name="prober")
     cert = pki._write("prober.pem", leaf.cert_chain_pems[0].bytes())

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from consumers.watcher import Position
 from rlmm.client import RlmmClient
-from rlmm.convert import topic_id_partition_pb
+from rlmm.client.convert import topic_id_partition_pb
 from rlmm.errors import CallError
 from rlmm.records.model import PartitionDeleteState, SegmentState, SegmentUpdate
 from rlmm.state.view import View

@@ -3,7 +3,7 @@ kept first goes, while those asked since stay."""
 
 from __future__ import annotations
 
-from rlmm import convert
+from rlmm.client import convert
 from rlmm.records.model import SegmentState
 from rlmm.records.serde import encode_value
 from rlmm.server import answers

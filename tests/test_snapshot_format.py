@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from consumers import view_state
 from consumers.service import parse_partition
-from rlmm.cli import main
+from rlmm.cli.main import main
 from rlmm.errors import SnapshotError
 from rlmm.state.view import View
 from snapshots.archive import write_archive

@@ -210,7 +210,7 @@ def test_generated_kafka_snapshot_tail_incremental(spark, rlmm_config, kafka, tm
 def test_cli_archive_then_build_from_archive_equals_kafka_build(spark, rlmm_config, kafka, tmp_path):
     from click.testing import CliRunner
 
-    from rlmm.cli import main
+    from rlmm.cli.main import main
 
     events, tps = workload_events(1500, seed=31, metadata_partitions=3)
     events = dense(events)
@@ -288,7 +288,7 @@ def test_cli_archive_then_build_from_archive_equals_kafka_build(spark, rlmm_conf
 def test_cli_build_refuses_a_conf_that_is_not_key_value(tmp_path):
     from click.testing import CliRunner
 
-    from rlmm.cli import main
+    from rlmm.cli.main import main
 
     result = CliRunner().invoke(
         main,

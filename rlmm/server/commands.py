@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from rlmm.cli_errors import Failure, view_errors
-from rlmm.cli_settings import settings_from_command_line, settings_options
-from rlmm.cli_vocabulary import GroupOptionsAnywhere
+from rlmm.cli.errors import Failure, view_errors
+from rlmm.cli.settings import settings_from_command_line, settings_options
+from rlmm.cli.vocabulary import GroupOptionsAnywhere
 from rlmm.records.canonical import to_canonical
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from rlmm.cli_vocabulary import RenamingCommand
+from rlmm.cli.vocabulary import RenamingCommand
 
 _PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
 

@@ -16,8 +16,8 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
 from consumers.watcher import Position
-from rlmm import convert
-from rlmm.convert import not_negative, partition_of, required
+from rlmm.client import convert
+from rlmm.client.convert import not_negative, partition_of, required
 from rlmm.errors import ArgumentError, KafkaStateError, RemoteResourceNotFound
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.serde import decode_value, encode_value

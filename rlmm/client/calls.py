@@ -29,7 +29,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay
 from tenacity.wait import wait_base, wait_exponential_jitter
 
 from consumers.watcher import Position
-from rlmm import convert
+from rlmm.client import convert
 from rlmm.errors import (
     AccessDeniedError,
     CallError,

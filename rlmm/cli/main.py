@@ -13,9 +13,9 @@ from typing import BinaryIO
 
 import click
 
-from rlmm.cli_errors import Failure, view_errors
-from rlmm.cli_settings import settings_from_command_line, settings_options
-from rlmm.cli_vocabulary import RenamingGroup
+from rlmm.cli.errors import Failure, view_errors
+from rlmm.cli.settings import settings_from_command_line, settings_options
+from rlmm.cli.vocabulary import RenamingGroup
 from rlmm.compiled import core_build
 from rlmm.errors import DecodeError
 from rlmm.logs import setup_logging
@@ -350,6 +350,3 @@ main.add_command(_demo)
 from rlmm.server.healthcheck import health as _health  # noqa: E402  (probe for Docker/k8s)
 
 main.add_command(_health)
-
-if __name__ == "__main__":
-    main()
