@@ -118,14 +118,17 @@ def _values(source: BinaryIO, input_format: str) -> Iterator[tuple[dict, bytes]]
             ) from None
 
 
-@main.command()
-@click.option(
+VIEW_IN_USE_OPTION = click.option(
     "--view",
     "view_dir",
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
     help="The view's directory (it may be in use by a running service).",
 )
+
+
+@main.command()
+@VIEW_IN_USE_OPTION
 @click.option("--values/--no-values", default=True, show_default=True, help="Print each record's bytes as hex.")
 def quarantine(view_dir: Path, values: bool) -> None:
     """List the records the view kept aside: one JSON line each, in (metadata partition, offset) order.
@@ -151,13 +154,7 @@ def view() -> None:
 
 
 @view.command("check")
-@click.option(
-    "--view",
-    "view_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="The view's directory (it may be in use by a running service).",
-)
+@VIEW_IN_USE_OPTION
 def check_view(view_dir: Path) -> None:
     """Read the whole view, verifying every block's checksum, and count its entries.
 
