@@ -78,7 +78,7 @@ def test_the_consumers_state_goes_with_an_exported_snapshot(snapshot, tmp_path):
     assert manifest["topic_id"] == "AaIbMzBQfiOdjsFwZ-WkJQ" and manifest["rereads"] == {"2": 15}
     assert restore(tmp_path / "snap-2", tmp_path / "restored")["topic_id"] == "AaIbMzBQfiOdjsFwZ-WkJQ"
     with View(tmp_path / "restored") as restored:
-        assert restored.consumer_state() == view_state.view_state("AaIbMzBQfiOdjsFwZ-WkJQ", {2: 15})
+        assert restored.consumer_state() == view_state.view_state("AaIbMzBQfiOdjsFwZ-WkJQ", {2: 15}, 5)
     assert verify(tmp_path / "snap-2", tmp_path / "restored") == []
     assert verify(tmp_path / "snap-2", tmp_path / "live") == []  # the same id, in either form
     with View(tmp_path / "restored") as restored, restored.batch() as batch:
