@@ -350,8 +350,10 @@ def test_replica_not_available_while_the_server_loads(harness: Harness, kafka, t
         harness.call("close", id="loading")
         # iterated for longer than a stream lives (its attempt's deadline: call.timeout.ms), as a retention pass
         # that deletes segment after segment: it goes on in new streams, each segment once, in order
-        harness.open("slow", server.address, call_timeout_ms=1_000)
-        slow = harness.call("list_slowly", timeout=300, id="slow", tp=tp, pause_every=10_000, pause_ms=700)
+        # (a stream lives 3 s: a new stream passes the segments already returned again, which a loaded machine
+        # must manage within its deadline; two pauses of 2 s outlive it)
+        harness.open("slow", server.address, call_timeout_ms=3_000)
+        slow = harness.call("list_slowly", timeout=300, id="slow", tp=tp, pause_every=10_000, pause_ms=2_000)
         assert slow.get("value") == {"count": len(backlog), "distinct": len(backlog), "ordered": True}, slow
-        assert slow["ms"] > 2_000  # past the deadline of the first stream at least once
+        assert slow["ms"] > 4_000  # past the deadline of the first stream at least once
         harness.call("close", id="slow")
