@@ -1,7 +1,7 @@
 """Benchmark of the core: decode, durable apply into RocksDB, query latency, txn-chain seeks, timestamp lookups
 against Kafka's scan, memory, disk.
 
-    python scripts/bench_core.py [--events 1000000] [--stream cluster|uploads] [--json] [--smoke]
+    python scripts/bench_core.py [--events 1000000] [--stream cluster|uploads] [--json] [--smoke] [--callgrind [N]]
 
 The stream is generated first into a file; a separate process streams it and measures, so its peak RSS
 is the view's, not the generator's. The apply rate times the view's batches (decode, apply, commit), not
@@ -13,6 +13,14 @@ the reading of the events file. Two streams:
   then finished), nothing deleted: the stream on which Kafka 4.3.1's own serde and store were measured
   on this machine kind (``KAFKA_UPLOADS``), so that the report gives rlmm's apply rate, peak RSS and
   lookup latency as ratios of Kafka's.
+
+``--callgrind`` also counts instructions with valgrind's callgrind (the Debian package ``valgrind``), which hold
+on a busy machine where seconds do not: a process builds the view of all but the stream's last 2N events (N is
+20,000 by default), then another, under callgrind, applies those 2N, of which it counts the last N (the first
+fill its caches), and asks each query of a sample of the targets the timed run asks (after an uncounted pass).
+The report gives the instructions of the applying thread per event and per query. Callgrind counts no kernel
+work: a table block read from file costs a read system call besides the instructions, so the report gives the
+thread's read calls per event and per query too.
 
 Memory should not grow with the view's history: the report gives RSS growth over the apply's second half (per
 million events) and what RocksDB holds after the apply; a longer stream (``--events 4000000``) shows it better.
@@ -42,6 +50,8 @@ seconds, to show that the benchmark runs.
 * ``rocksdb_mb_after_apply``: RocksDB's block cache, memtables and table readers;
 * ``disk_mb``: the view's files;
 * ``of_kafka``: the ``uploads`` stream's measures as ratios of Kafka's (``KAFKA_UPLOADS``); null for ``cluster``.
+* ``instructions``: with ``--callgrind``, the applying thread's instructions and read calls per event, and per
+  call of each query (valgrind's callgrind); null without.
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import statistics
 import struct
 import subprocess
@@ -93,6 +104,8 @@ SMOKE = {
     "timestamp_sizes": (10, 100, 1_000),
     "scan_segments": 2_000,
 }
+CALLGRIND_EVENTS = 20_000  # the stream's last events, applied under callgrind onto the view of the others
+CALLGRIND_QUERIES = 500  # of the timed run's targets, asked of each query under callgrind
 KAFKA_YARDSTICK = {
     "decode_records_per_s": "~5M records/s warm",
     "apply_events_per_s": "1M events in 1.1-3.1 s (in memory, not durable)",
@@ -286,6 +299,45 @@ def timestamp_lookups(view: View, sizes: tuple[int, ...], scan_segments: int) ->
     return p50
 
 
+Target = tuple[TopicIdPartition, int, int]  # partition, epoch, offset
+
+
+def query_targets(view: View, partitions: list[TopicIdPartition], samples: int) -> list[Target]:
+    """``samples`` lookups, drawn from the segments of 50 partitions: an epoch of each and an offset in it."""
+    q = view.queries
+    rng = random.Random(3)
+    targets = []
+    for tp in rng.sample(partitions, min(50, len(partitions))):
+        segs = sample(q.list_remote_log_segments(tp), samples // 50, rng) if q.is_ready(tp) else []
+        for s in segs:
+            epoch, start = rng.choice(s.segment_leader_epochs)
+            targets.append((tp, epoch, rng.randint(start, s.end_offset)))
+    targets = (targets * (samples // max(1, len(targets)) + 1))[:samples]
+    rng.shuffle(targets)
+    return targets
+
+
+def query_calls(view: View) -> dict[str, Callable[[Target], object]]:
+    q = view.queries
+    return {
+        "remoteLogSegmentMetadata": lambda t: q.remote_log_segment_metadata(*t),
+        "highestOffsetForEpoch": lambda t: q.highest_offset_for_epoch(t[0], t[1]),
+        "remoteLogSize(epoch)": lambda t: q.remote_log_size(t[0], t[1]),
+        "remoteLogSize": lambda t: q.remote_log_size(t[0]),
+        "isReady": lambda t: q.is_ready(t[0]),
+        "nextSegmentWithTxnIndex": lambda t: q.next_segment_with_txn_index(*t),
+        "maxTimestamp": lambda t: q.max_timestamp(t[0]),
+        "listRemoteLogSegments(epoch)": lambda t: q.list_epoch_segments(t[0], t[1]),
+    }
+
+
+def read_partitions(events_path: Path) -> list[TopicIdPartition]:
+    return [
+        TopicIdPartition(bytes.fromhex(h), t, p)
+        for h, t, p in json.loads(events_path.with_suffix(".partitions").read_text())
+    ]
+
+
 def measure(events_path: Path, view_dir: Path, sizes: dict) -> dict:
     tune_gc()  # as every rlmm command does
     decoded, decode_seconds = 0, 0.0
@@ -305,10 +357,7 @@ def measure(events_path: Path, view_dir: Path, sizes: dict) -> dict:
     decode_rate = decoded / decode_seconds
     rss_after_decode = round(process_rss_mb(), 1)
 
-    partitions = [
-        TopicIdPartition(bytes.fromhex(h), t, p)
-        for h, t, p in json.loads(events_path.with_suffix(".partitions").read_text())
-    ]
+    partitions = read_partitions(events_path)
     applied = 0
     rss_before_view = round(process_rss_mb(), 1)
     with View(view_dir) as view:
@@ -333,27 +382,9 @@ def measure(events_path: Path, view_dir: Path, sizes: dict) -> dict:
         stage_us = {stage: round(seconds / applied * 1e6, 2) for stage, seconds in view.apply_seconds().items()}
 
         q = view.queries
-        rng, samples = random.Random(3), sizes["samples"]
-        targets = []
-        for tp in rng.sample(partitions, min(50, len(partitions))):
-            segs = sample(q.list_remote_log_segments(tp), samples // 50, rng) if q.is_ready(tp) else []
-            for s in segs:
-                epoch, start = rng.choice(s.segment_leader_epochs)
-                targets.append((tp, epoch, rng.randint(start, s.end_offset)))
-        targets = (targets * (samples // max(1, len(targets)) + 1))[:samples]
-        rng.shuffle(targets)
-        query_calls = {
-            "remoteLogSegmentMetadata": lambda t: q.remote_log_segment_metadata(*t),
-            "highestOffsetForEpoch": lambda t: q.highest_offset_for_epoch(t[0], t[1]),
-            "remoteLogSize(epoch)": lambda t: q.remote_log_size(t[0], t[1]),
-            "remoteLogSize": lambda t: q.remote_log_size(t[0]),
-            "isReady": lambda t: q.is_ready(t[0]),
-            "nextSegmentWithTxnIndex": lambda t: q.next_segment_with_txn_index(*t),
-            "maxTimestamp": lambda t: q.max_timestamp(t[0]),
-            "listRemoteLogSegments(epoch)": lambda t: q.list_epoch_segments(t[0], t[1]),
-        }
+        targets = query_targets(view, partitions, sizes["samples"])
         p50, p99 = {}, {}
-        for name, call in query_calls.items():
+        for name, call in query_calls(view).items():
             p50[name], p99[name] = time_calls([(lambda c=call, t=t: c(t)) for t in targets])
 
         rss_curve["after queries"] = round(process_rss_mb(), 1)
@@ -393,6 +424,127 @@ def measure(events_path: Path, view_dir: Path, sizes: dict) -> dict:
         "rocksdb_mb_after_apply": rocksdb_mb,
         "disk_mb": round(disk / 2**20, 1),
     }
+
+
+def apply_events(view: View, events: Iterator[tuple[int, int, bytes | None]]) -> None:
+    while chunk := list(itertools.islice(events, BATCH)):
+        with view.batch() as batch:
+            for event in chunk:
+                batch.apply(*event)
+
+
+def thread_read_calls(io: int) -> int:
+    """Read system calls of this thread so far, this one included (a table block not in the block cache costs one),
+    from ``io``: /proc/thread-self/io open."""
+    text = os.pread(io, 4096, 0).decode()
+    return int(text[text.index("syscr:") + 6 :].split()[0])
+
+
+def build_view(events_path: Path, view_dir: Path, stop: int) -> None:
+    """The view of the stream's first ``stop`` events, flushed (``instructions`` counts the others)."""
+    tune_gc()
+    with View(view_dir) as view:
+        with view.batch() as batch:
+            for tp in read_partitions(events_path):
+                batch.assign(tp)
+                batch.mark_ready(tp)
+        apply_events(view, itertools.islice(read_events(events_path), stop))
+        view.flush()
+
+
+def count_phases(events_path: Path, view_dir: Path, start: int, counted: int, phases_path: Path) -> None:
+    """Run under callgrind, which dumps its counts at each call of getppid (``instructions``): the stream's events
+    from ``start`` on applied onto the view of those before, the last ``counted`` of them counted (the others fill
+    the caches), then each query of ``CALLGRIND_QUERIES`` targets, once uncounted and once counted. Writes each
+    phase's name, calls and read system calls, in the order of the dumps."""
+    tune_gc()
+    io = os.open("/proc/thread-self/io", os.O_RDONLY)
+    phases: list[tuple[str, int, int]] = []
+    reads = 0
+
+    def phase_ends(name: str, calls: int) -> None:
+        nonlocal reads
+        phases.append((name, calls, thread_read_calls(io) - reads - 1))  # less the read of the count itself
+        os.getppid()
+        reads = thread_read_calls(io)
+
+    tail = list(itertools.islice(read_events(events_path), start, None))
+    with View(view_dir) as view:
+        phase_ends("open", 0)
+        apply_events(view, iter(tail[:-counted]))
+        phase_ends("warm apply", 0)
+        apply_events(view, iter(tail[-counted:]))
+        phase_ends("apply", counted)
+        targets = query_targets(view, read_partitions(events_path), FULL["samples"])[:CALLGRIND_QUERIES]
+        phase_ends("targets", 0)
+        for name, call in query_calls(view).items():
+            for target in targets:
+                call(target)
+            phase_ends("warm " + name, 0)
+            for target in targets:
+                call(target)
+            phase_ends(name, len(targets))
+    phases_path.write_text(json.dumps(phases))
+
+
+def instructions(events_path: Path, tmp: Path, events: int, counted: int) -> dict:
+    """Instructions (and read system calls) of the applying thread per event for the stream's last ``counted``
+    events, applied after as many others (uncounted) onto the view of the rest, and per call of each query,
+    counted by callgrind (``count_phases``)."""
+    if shutil.which("valgrind") is None:
+        sys.exit("--callgrind needs valgrind on the PATH (Debian: apt-get install valgrind)")
+    counted = min(counted, events // 2)
+    start = events - 2 * counted
+    view_dir, dumps, phases_path = tmp / "counted-view", tmp / "callgrind", tmp / "phases.json"
+    dumps.mkdir()
+    here = [sys.executable, __file__]
+    subprocess.run([*here, "--build-view", str(events_path), str(view_dir), str(start)], check=True)
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--separate-threads=yes",  # RocksDB's flushes and compactions run in threads of their own
+            "--dump-before=getppid",
+            "--dump-instr=no",
+            f"--callgrind-out-file={dumps}/out",
+            *here,
+            "--count-phases",
+            str(events_path),
+            str(view_dir),
+            str(start),
+            str(counted),
+            str(phases_path),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    phases = json.loads(phases_path.read_text())
+    # out.1-01, out.2-01...: the main thread's part ending at each getppid, in order
+    parts = sorted(dumps.glob("out.*-01"), key=lambda path: int(path.name[4:].split("-")[0]))
+    if len(parts) < len(phases):
+        raise RuntimeError(f"callgrind dumped {len(parts)} parts for {len(phases)} phases")
+    result: dict = {
+        "events_counted": counted,
+        "events_before": start + counted,
+        "per_query": {},
+        "reads_per_query": {},
+    }
+    for (name, calls, reads), part in zip(phases, parts):
+        if not calls:
+            continue
+        per_call = round(callgrind_total(part) / calls)
+        if name == "apply":
+            result["per_event"], result["reads_per_event"] = per_call, round(reads / calls, 3)
+        else:
+            result["per_query"][name], result["reads_per_query"][name] = per_call, round(reads / calls, 2)
+    return result
+
+
+def callgrind_total(path: Path) -> int:
+    for line in path.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no total in {path}")
 
 
 def without_state_machine(decode_rate: float, stage_us: dict[str, float]) -> int:
@@ -511,6 +663,18 @@ def report(result: dict) -> None:
         "",
     )
     table.add_row("disk MB", str(result["disk_mb"]), "", "")
+    if result["instructions"]:
+        counts = result["instructions"]
+        table.add_row(
+            f"instructions per event (callgrind, the last {counts['events_counted']:,} events) / read calls",
+            f"{counts['per_event']:,} / {counts['reads_per_event']}",
+            "",
+            "",
+        )
+        for name, count in counts["per_query"].items():
+            table.add_row(
+                f"{name} instructions per call / read calls", f"{count:,} / {counts['reads_per_query'][name]}", "", ""
+            )
     for name, ratio in (result["of_kafka"] or {}).items():
         table.add_row(f"rlmm / Kafka, {name}", " – ".join(map(str, ratio)), "", "uploads stream, 4.3.1")
     console.print(table)
@@ -528,11 +692,30 @@ def main() -> None:
     )
     parser.add_argument("--smoke", action="store_true", help="a tiny run, a few seconds: does the benchmark run")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument(
+        "--callgrind",
+        type=int,
+        nargs="?",
+        const=CALLGRIND_EVENTS,
+        metavar="N",
+        help=f"also count instructions per event (the last N events, default {CALLGRIND_EVENTS:,}) and per query "
+        "with valgrind's callgrind",
+    )
     parser.add_argument("--measure", nargs=2, type=Path, help=argparse.SUPPRESS)  # events file, view dir
+    parser.add_argument("--build-view", nargs=3, help=argparse.SUPPRESS)  # events file, view dir, events
+    parser.add_argument("--count-phases", nargs=5, help=argparse.SUPPRESS)  # events, view, start, counted, phases
     args = parser.parse_args()
     sizes = SMOKE if args.smoke else FULL
     if args.measure:
         print(json.dumps(measure(*args.measure, sizes)))
+        return
+    if args.build_view:
+        events_file, view_dir, stop = args.build_view
+        build_view(Path(events_file), Path(view_dir), int(stop))
+        return
+    if args.count_phases:
+        events_file, view_dir, start, counted, phases_file = args.count_phases
+        count_phases(Path(events_file), Path(view_dir), int(start), int(counted), Path(phases_file))
         return
     events = args.events or sizes["events"]
     with tempfile.TemporaryDirectory(prefix="rlmm-bench-") as tmp:
@@ -557,7 +740,12 @@ def main() -> None:
             text=True,
             env=os.environ,
         ).stdout
-    result = {"stream": args.stream, "smoke": args.smoke, **json.loads(out)}
+        result = {"stream": args.stream, "smoke": args.smoke, **json.loads(out)}
+        result["instructions"] = None
+        if args.callgrind is not None:
+            if not args.json:
+                print("counting instructions with callgrind ...", file=sys.stderr)
+            result["instructions"] = instructions(events_path, Path(tmp), result["events"], args.callgrind)
     result["of_kafka"] = of_kafka(result) if args.stream == "uploads" else None
     if args.json:
         print(json.dumps(result))

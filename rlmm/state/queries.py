@@ -86,12 +86,16 @@ class Queries:
 
     def _lookup(self, tpid: bytes, epoch: int, offset: int, er: EpochRow | None) -> tuple[bytes, RefEntry] | None:
         """Kafka's remoteLogSegmentMetadata(epoch, offset) on the offset index: the floor entry, if the
-        offset is within that segment's part of the epoch."""
-        item = self._floor(K.epoch_prefix(tpid, epoch), offset, er)
-        if item is None:
-            return None
-        entry = RefEntry.unpack(item[1])
-        return None if offset > entry.epoch_end else (item[0], entry)
+        offset is within that segment's part of the epoch. The floor comes from the offset cache when it can
+        answer (a bisection and a point read), from a seek otherwise."""
+        prefix = K.epoch_prefix(tpid, epoch)
+        floor = None if self.offset_cache is None else self.offset_cache.floor_entry(prefix, offset)
+        return self._sought(prefix, offset, er) if floor is None else _within(floor, offset)
+
+    def _sought(self, prefix: bytes, offset: int, er: EpochRow | None) -> tuple[bytes, RefEntry] | None:
+        """``_lookup`` by a seek."""
+        item = self._floor(prefix, offset, er)
+        return None if item is None else _within(item, offset)
 
     def is_ready(self, tp: TopicIdPartition) -> bool:
         row = self.partition_row(tp)  # one read
@@ -134,7 +138,7 @@ class Queries:
                     start = K.read_offset(key, K.EPOCH_PREFIX_LEN)
                     memo.keep(name, K.tp_identity(tp), prefix, start, epoch_end, value, generation)
                 return value
-        found = self._lookup(tpid, epoch, offset, self._epoch_row(tpid, epoch))
+        found = self._sought(K.epoch_prefix(tpid, epoch), offset, self._epoch_row(tpid, epoch))
         return None if found is None else found[1].value
 
     def segment_values(
@@ -216,11 +220,12 @@ class Queries:
         if er.dangling:
             raise _dangling(tp, epoch)
         prefix = K.epoch_prefix(tpid, epoch)
-        ids = [RefEntry.unpack(raw).segment_id for _, raw in scan(self.kv, K.OFFSETS, prefix)]
+        # an offset-index entry holds its segment's value, the same bytes as the segment's row (a referenced
+        # segment is finished, and leaves the index at its next transition): the rows are not read again
+        segments = [decode_segment(ref_value(raw)) for _, raw in scan(self.kv, K.OFFSETS, prefix)]
         if er.unreferenced:
-            ids += [key[len(prefix) :] for key, _ in scan(self.kv, K.UNREFERENCED, prefix)]
-        segments = [_present(load_segment(self.kv, tpid, segment_id)) for segment_id in ids]
-        if er.unreferenced:
+            for key, _ in scan(self.kv, K.UNREFERENCED, prefix):
+                segments.append(_present(load_segment(self.kv, tpid, key[len(prefix) :])))
             segments.sort(key=lambda s: s.start_offset)
         return segments
 
@@ -316,6 +321,15 @@ class Queries:
         tpid = self._ready_tpid(tp)
         item = last(self.kv, K.MAX_TIMESTAMP, tpid)
         return None if item is None else load_segment(self.kv, tpid, item[0][-16:])
+
+
+def _within(floor: tuple[bytes, bytes | None], offset: int) -> tuple[bytes, RefEntry] | None:
+    """The floor entry (key, packed entry; None: no entry) if ``offset`` is within its segment's part of the epoch."""
+    key, raw = floor
+    if raw is None:
+        return None
+    entry = RefEntry.unpack(raw)
+    return None if offset > entry.epoch_end else (key, entry)
 
 
 def _present(value: T | None) -> T:
