@@ -450,7 +450,6 @@ def instructions(events_path: Path, tmp: Path, events: int, counted: int) -> dic
     counted by callgrind (``count_phases``)."""
     if shutil.which("valgrind") is None:
         sys.exit("--callgrind needs valgrind on the PATH (Debian: apt-get install valgrind)")
-    counted = min(counted, events // 2)
     start = events - 2 * counted
     view_dir, dumps, phases_path = tmp / "counted-view", tmp / "callgrind", tmp / "phases.json"
     dumps.mkdir()
@@ -655,6 +654,8 @@ def main() -> None:
     parser.add_argument("--build-view", nargs=3, help=argparse.SUPPRESS)  # events file, view dir, events
     parser.add_argument("--count-phases", nargs=5, help=argparse.SUPPRESS)  # events, view, start, counted, phases
     args = parser.parse_args()
+    if args.callgrind is not None and not 0 < args.callgrind <= args.events // 2:
+        parser.error(f"--callgrind N counts the last N of 2N events: N from 1 to {args.events // 2:,} (--events / 2)")
     if args.measure:
         print(json.dumps(measure(*args.measure)))
         return
