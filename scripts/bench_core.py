@@ -493,7 +493,6 @@ def instructions(events_path: Path, tmp: Path, events: int, counted: int) -> dic
     counted by callgrind (``count_phases``)."""
     if shutil.which("valgrind") is None:
         sys.exit("--callgrind needs valgrind on the PATH (Debian: apt-get install valgrind)")
-    counted = min(counted, events // 2)
     start = events - 2 * counted
     view_dir, dumps, phases_path = tmp / "counted-view", tmp / "callgrind", tmp / "phases.json"
     dumps.mkdir()
@@ -706,6 +705,9 @@ def main() -> None:
     parser.add_argument("--count-phases", nargs=5, help=argparse.SUPPRESS)  # events, view, start, counted, phases
     args = parser.parse_args()
     sizes = SMOKE if args.smoke else FULL
+    events = args.events or sizes["events"]
+    if args.callgrind is not None and not 0 < args.callgrind <= events // 2:
+        parser.error(f"--callgrind N counts the last N of 2N events: N from 1 to {events // 2:,} (--events / 2)")
     if args.measure:
         print(json.dumps(measure(*args.measure, sizes)))
         return
@@ -717,7 +719,6 @@ def main() -> None:
         events_file, view_dir, start, counted, phases_file = args.count_phases
         count_phases(Path(events_file), Path(view_dir), int(start), int(counted), Path(phases_file))
         return
-    events = args.events or sizes["events"]
     with tempfile.TemporaryDirectory(prefix="rlmm-bench-") as tmp:
         events_path = Path(tmp) / "events.bin"
         if not args.json:
