@@ -31,7 +31,7 @@ EXIT_WAIT_S = 5.0  # how long a crashed or closed child may take to end before i
 CLOSE_TIMEOUT_S = 30.0  # confluent-kafka's close leaves the group and flushes: bounded all the same
 
 ErrorTuple = tuple[int, str, bool, bool]  # code, reason, fatal, retriable
-MessageTuple = tuple[str, int, int, "bytes | None", "ErrorTuple | None"]  # topic, partition, offset, value, error
+MessageTuple = tuple[int, int, "bytes | None", "ErrorTuple | None"]  # partition, offset, value, error
 PartitionTuple = tuple[str, int, int]  # topic, partition, offset
 Events = list[tuple[str, Any]]
 
@@ -39,14 +39,11 @@ Events = list[tuple[str, Any]]
 class FetchedMessage:
     """A record (or a partition's end, or an error) as the child fetched it: ``Message``'s accessors."""
 
-    __slots__ = ("_topic", "_partition", "_offset", "_value", "_error")
+    __slots__ = ("_partition", "_offset", "_value", "_error")
 
     def __init__(self, fields: MessageTuple) -> None:
-        self._topic, self._partition, self._offset, self._value, error = fields
+        self._partition, self._offset, self._value, error = fields
         self._error = None if error is None else _kafka_error(error)
-
-    def topic(self) -> str:
-        return self._topic
 
     def partition(self) -> int:
         return self._partition
@@ -156,11 +153,8 @@ class ConsumerProcess:
                 self._on_error(_kafka_error(payload))
 
     def _how_it_ended(self) -> str:
-        try:
-            code = self._process.wait(EXIT_WAIT_S)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            code = self._process.wait()
+        code = self._end_child()
+        if code is None:
             return f"the Kafka client's process (pid {self._process.pid}) stopped answering and was killed"
         if code < 0:
             cause = f"was killed by {signal.Signals(-code).name}"
@@ -168,12 +162,14 @@ class ConsumerProcess:
             cause = f"exited with status {code}"
         return f"the Kafka client (librdkafka) crashed: its process (pid {self._process.pid}) {cause}"
 
-    def _end_child(self) -> None:
+    def _end_child(self) -> int | None:
+        """Wait for the child to end; its exit status, or None if it had to be killed."""
         try:
-            self._process.wait(EXIT_WAIT_S)
+            return self._process.wait(EXIT_WAIT_S)
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+            return None
 
 
 def _partitions(partitions: Iterable[Any]) -> list[PartitionTuple]:
@@ -225,7 +221,7 @@ def serve(conn: Connection) -> None:
 
     def message(m: Any) -> MessageTuple:
         error = m.error()
-        return m.topic(), m.partition(), m.offset(), m.value(), None if error is None else _error_fields(error)
+        return m.partition(), m.offset(), m.value(), None if error is None else _error_fields(error)
 
     def carry_out(method: str, args: tuple) -> Any:
         nonlocal client
