@@ -36,6 +36,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -76,6 +77,11 @@ MAX_RETRY_WAIT_S = 5.0
 INIT_REQUEST_TIMEOUT_S = 5.0  # per admin request while initializing (bounds how long a stop may wait)
 STORAGE_RETRY_S = 0.5  # first wait before writing a view that refused a write again; doubles up to:
 MAX_STORAGE_RETRY_S = 30.0
+# a Kafka client that crashes while the topic stays the view's is replaced by a new one, this many times within
+# CLIENT_CRASH_WINDOW_S; one more crash in that window stops the consumer (a client that keeps crashing is a bug
+# to report, not to loop on)
+CLIENT_RESTARTS_ALLOWED = 3
+CLIENT_CRASH_WINDOW_S = 600.0
 WAIT_CHECK_S = 1.0  # how often the consumer looks at which partitions wait for readiness
 WAIT_REPORT_S = 60.0  # how often partitions still waiting for readiness are logged again
 _EOF = KafkaError._PARTITION_EOF
@@ -119,6 +125,8 @@ class MetadataConsumer:
         self._client_errors = RateLimitedLog(log)
         self.storage_failure: str | None = None  # why the view cannot be written now (the consumer waits)
         self.storage_failures = 0  # times writing the view failed and the consumer waited for it
+        self.client_restarts = 0  # Kafka clients replaced after a crash
+        self._client_crashes: deque[float] = deque(maxlen=CLIENT_RESTARTS_ALLOWED + 1)
         self._ledger = ConsumerLedger(config.num_partitions, config.assign_all)
         self._topic = TopicGuard(view, config)
         self.topic_changes = self._topic.changes  # changes of the topic detected, by kind
@@ -285,6 +293,9 @@ class MetadataConsumer:
                 try:
                     self._consume()
                     continue
+                except KafkaClientCrashed as crash:
+                    self._restart_client(crash)
+                    continue
                 except ViewStorageFailed as exc:
                     if isinstance(exc, ViewDamaged):
                         raise
@@ -320,6 +331,23 @@ class MetadataConsumer:
         finally:
             self._client.close()
             self._client = None
+
+    def _restart_client(self, crash: KafkaClientCrashed) -> None:
+        """The Kafka client crashed and the broker did not show the topic changed: consume with a new client
+        from where the view stands, as a restarted consumer would (partitions ready again once caught up). Raise
+        the crash when it is one too many within ``CLIENT_CRASH_WINDOW_S``."""
+        now = time.monotonic()
+        crashes = self._client_crashes
+        crashes.append(now)
+        if len(crashes) > CLIENT_RESTARTS_ALLOWED and now - crashes[0] < CLIENT_CRASH_WINDOW_S:
+            raise KafkaClientCrashed(
+                f"{crash}; the Kafka client crashed {len(crashes)} times within {CLIENT_CRASH_WINDOW_S:.0f} s: "
+                f"the consumer stops (restart the service)"
+            ) from crash
+        self.client_restarts += 1
+        log.error("%s; the topic is unchanged: consuming with a new client from where the view stands", crash)
+        self._reset_state()
+        self._load_registry()
 
     def _wait_for_storage(self, problem: str) -> None:
         """The view refused a write (a full disk...): nothing was applied of the batch. Try to open and write

@@ -183,7 +183,9 @@ class TopicChangedError(KafkaSideError, RuntimeError):
 
 class KafkaClientCrashed(KafkaSideError, RuntimeError):
     """The consumer's Kafka client (librdkafka, in its own process) crashed: nothing after the last batch it
-    handed over was applied. The consumer stops; the service goes on answering, NOT_SERVING."""
+    handed over was applied. The consumer goes on with a new client, unless the topic changed
+    (``TopicChangedError``) or the client crashed too often; it then stops, and the service goes on answering,
+    NOT_SERVING."""
 
 
 class ViewOfAnotherTopicError(KafkaSideError, RuntimeError):

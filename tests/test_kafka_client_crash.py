@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from consumers.clients import ConfluentClients
 from consumers.config import RlmmConfig
-from consumers.consumer import MetadataConsumer
+from consumers.consumer import CLIENT_RESTARTS_ALLOWED, MetadataConsumer
 from consumers.topic import ensure_topic
 from consumers.watcher import OffsetWatcher
 from rlmm.client import RlmmClient
@@ -94,27 +94,44 @@ def test_librdkafka_crashes_when_the_topic_is_deleted_under_a_plain_consumer(kaf
     assert done.returncode == -signal.SIGSEGV, (done.returncode, done.stdout, done.stderr[-2000:])
 
 
-def test_the_consumer_outlives_its_client_killed_by_a_signal(rlmm_config, tmp_path) -> None:
-    """A crash of the client (here a SIGABRT sent to its process) stops the consumer with the cause, in this
-    process, which goes on; the topic is still there, so the crash itself is the cause."""
+def test_a_crashed_client_is_replaced_while_the_topic_stays_and_a_fourth_crash_stops(rlmm_config, tmp_path) -> None:
+    """A crash of the client (here a SIGABRT sent to its process) on a topic that is still the view's: the consumer
+    goes on with a new client from where the view stands, and applies what is produced after; the fourth crash
+    within the window stops it with the cause, in this process, which goes on."""
     config = rlmm_config(num_partitions=PARTITIONS, assign_all=True)
     ensure_topic(AdminClient(config.admin_config()), config)
     clients = RecordingClients(config)
+    tp = new_tp()
+    mp = metadata_partition(tp.topic_id, tp.partition, PARTITIONS)
     with View(tmp_path / "view") as view:
-        consumer = MetadataConsumer(view, config, OffsetWatcher(), clients, [])
+        consumer = MetadataConsumer(view, config, OffsetWatcher(), clients, [tp])
         consumer.start()
         try:
             assert consumer.wait_ready(None, timeout=WAIT_S)
+            for crash in range(1, CLIENT_RESTARTS_ALLOWED + 1):
+                os.kill(clients.pids[-1], signal.SIGABRT)
+                wait_for(lambda n=crash: len(clients.pids) > n, f"a new client after crash {crash}")
+                assert consumer.wait_ready(None, timeout=WAIT_S), consumer.status()
+                assert consumer.failure is None and consumer.client_restarts == crash
+                seg = segment(tp, crash * 100, crash * 100 + 99)
+                RawProducer(config.bootstrap_servers, config.topic).produce([(mp, encode_value(seg))])
+                wait_for(lambda s=seg: s in view.queries.list_remote_log_segments(tp), "the segment applied")
             os.kill(clients.pids[-1], signal.SIGABRT)
-            deadline = time.monotonic() + WAIT_S
-            while consumer.failure is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: consumer.failure is not None, "the consumer to stop")
             assert isinstance(consumer.failure, KafkaClientCrashed), consumer.failure
             assert "killed by SIGABRT" in str(consumer.failure)
+            assert f"crashed {CLIENT_RESTARTS_ALLOWED + 1} times" in str(consumer.failure)
             assert not consumer.initialized
             assert consumer.status()["failure"] is not None
         finally:
             consumer.stop()
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {WAIT_S} s for {what}"
+        time.sleep(0.05)
 
 
 class RecordingClients(ConfluentClients):

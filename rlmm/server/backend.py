@@ -172,6 +172,10 @@ class Backend:
         """Times the view refused a write and the consumer waited until it took writes again."""
         return 0 if self._manager is None else self._manager.consumer.storage_failures
 
+    def client_restarts(self) -> int:
+        """Kafka clients of the consumer replaced after a crash."""
+        return 0 if self._manager is None else self._manager.consumer.client_restarts
+
     def topic_changes(self) -> dict[str, int]:
         """Changes of the metadata topic under the view that the consumer detected, by kind."""
         return {} if self._manager is None else dict(self._manager.consumer.topic_changes)

@@ -97,6 +97,11 @@ class _ViewCollector(Collector):
             "Producers of the writes replaced after a fatal error (e.g. fenced after a broker stall)",
             value=self.backend.producers_recreated(),
         )
+        yield CounterMetricFamily(
+            "rlmm_kafka_client_restarts",
+            "Kafka clients of the consumer replaced after a crash while the metadata topic stayed the view's",
+            value=self.backend.client_restarts(),
+        )
         changes = CounterMetricFamily(
             "rlmm_metadata_topic_changes_detected",
             "Changes of the metadata topic under the view that stopped the consumer, by kind",
