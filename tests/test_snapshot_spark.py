@@ -326,6 +326,7 @@ def test_a_partition_with_records_in_two_metadata_partitions_is_refused(spark, t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["archive"]
 
 
+@pytest.mark.slow
 def test_the_command_shows_its_own_progress_not_the_jvms(tmp_path):
     """What `rlmm snapshot build` prints on stderr is its own: its progress lines and the bar of the records read,
     not the JVM's (incubator modules, log4j's setup, Hadoop's native library), which go to a log of the build's
@@ -356,6 +357,7 @@ def _records_read(out) -> int:
     return read
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_build_cancels_it_quietly(tmp_path):
     """A real SIGINT while Spark runs the build's job: exit 130, one line saying so, no tracebacks, nothing
     written (before: ~60 lines of py4j and Spark tracebacks)."""
