@@ -380,6 +380,15 @@ def _serve_without_kafka(view: Path, runtime: Path) -> subprocess.Popen:
     )
 
 
+def _serving(process: subprocess.Popen) -> dict:
+    """The process's serving line; its exit code and stderr if it ended without one."""
+    line = process.stdout.readline()
+    if not line:
+        _, stderr = process.communicate(timeout=WAIT_S)
+        pytest.fail(f"serve --workers ended ({process.returncode}) without serving:\n{stderr[-3000:]}")
+    return json.loads(line)
+
+
 def test_the_runtime_folder_of_a_killed_supervisor_is_removed_by_the_next_start(tmp_path) -> None:
     """SIGKILL leaves the supervisor no time to remove its runtime folder; the next ``serve --workers`` beside it
     removes it, as it no longer has a process, and makes its own."""
@@ -388,7 +397,7 @@ def test_the_runtime_folder_of_a_killed_supervisor_is_removed_by_the_next_start(
     runtime.mkdir()
     first = _serve_without_kafka(tmp_path / "view", runtime)
     try:
-        assert json.loads(first.stdout.readline())["pid"] == first.pid
+        assert _serving(first)["pid"] == first.pid
         children = psutil.Process(first.pid).children()
         left = list(runtime.iterdir())
         assert len(left) == 1
@@ -400,7 +409,7 @@ def test_the_runtime_folder_of_a_killed_supervisor_is_removed_by_the_next_start(
     assert list(runtime.iterdir()) == left  # left behind
     second = _serve_without_kafka(tmp_path / "view", runtime)
     try:
-        assert json.loads(second.stdout.readline())["pid"] == second.pid
+        assert _serving(second)["pid"] == second.pid
         now = list(runtime.iterdir())
         assert left[0] not in now and len(now) == 1
         assert left[0].name == f"rlmm-serve-{first.pid}" and now[0].name == f"rlmm-serve-{second.pid}"
