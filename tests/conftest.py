@@ -37,3 +37,10 @@ def rlmm_config(kafka) -> Callable[..., RlmmConfig]:
         )
 
     return make
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules that hold a test marked ``slow`` first, in their order, then the others: pytest-xdist's workers
+    (``--dist loadfile``, pyproject.toml) take modules in this order, and the short ones fill the end of the run."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)

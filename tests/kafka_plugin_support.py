@@ -1,9 +1,10 @@
 """Support of the Kafka plugin tests (``tests/test_kafka_plugin_*.py``): real parts only.
 
 * :func:`plugin_build`: the plugin folder (``build/rlmm-kafka-plugin-VERSION``) and the test harness's classes, built
-  once per session by ``scripts/build_kafka_plugin.py --tests`` (until that script exists: the harness compiled here
-  with javac, against a plugin folder built already). Where Java or Kafka's libs cannot be found the tests skip, and
-  fail when ``CI=true`` (this repository's CI has ``../shared/kafka-4.3.1/libs``).
+  once per run (by one of pytest-xdist's workers, for all of them) by ``scripts/build_kafka_plugin.py --tests``
+  (until that script exists: the harness compiled here with javac, against a plugin folder built already). Where
+  Java or Kafka's libs cannot be found the tests skip, and fail when ``CI=true`` (this repository's CI has
+  ``../shared/kafka-4.3.1/libs``).
 * :class:`Harness`: a JVM running ``io.rlmm.kafka.harness.PluginHarness`` (plugins/kafka/src/test/java), which loads
   the plugin as a broker does (Kafka's ChildFirstClassLoader over the plugin folder, Kafka's
   ClassLoaderAwareRemoteLogMetadataManager around it) and answers JSON commands, one line each.
@@ -14,6 +15,8 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
+import fcntl
 import json
 import os
 import queue
@@ -22,10 +25,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +66,7 @@ def java_tool(name: str) -> str | None:
     return shutil.which(name)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class PluginBuild:
     plugin_dir: Path
     tests_classes: Path
@@ -101,12 +104,31 @@ def built_plugin(tmp_path_factory) -> PluginBuild:
     here, as a fixture imported into several modules would run once per module)."""
     if not _built:
         try:
-            _built.append(plugin_build(tmp_path_factory.mktemp("kafka-plugin")))
+            _built.append(shared_plugin_build(tmp_path_factory))
         except BaseException as exc:  # a skip or failure holds for every module
             _built.append(exc)
     if isinstance(_built[0], BaseException):
         raise _built[0]
     return _built[0]
+
+
+def shared_plugin_build(tmp_path_factory) -> PluginBuild:
+    """One build for the whole run: pytest-xdist's workers share the run's temporary folder (their own ones' parent);
+    the first worker to need the plugin builds it there under a lock, the others wait for it and use its copy."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    record = root / "kafka-plugin-build.json"
+    with open(root / "kafka-plugin-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if record.is_file():
+            built = json.loads(record.read_text())
+            return PluginBuild(
+                Path(built["plugin_dir"]), Path(built["tests_classes"]), Path(built["kafka_libs"]), built["java"]
+            )
+        build = plugin_build(Path(tempfile.mkdtemp(prefix="kafka-plugin-", dir=root)))
+        record.write_text(json.dumps({name: str(value) for name, value in dataclasses.asdict(build).items()}))
+        return build
 
 
 def plugin_build(tmp: Path) -> PluginBuild:

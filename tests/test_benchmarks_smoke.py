@@ -37,6 +37,7 @@ def test_every_benchmark_has_a_smoke_run() -> None:
     assert benchmarks == {run[0] for run in RUNS.values()} | TESTED_ELSEWHERE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", RUNS.values(), ids=RUNS.keys())
 def test_the_smoke_run_prints_the_documented_keys(run: tuple[str, ...], tmp_path: Path) -> None:
     script, *arguments = run

@@ -24,7 +24,7 @@ def docker_engine_answers() -> bool:
 def run_probe(kind: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "RLMM_TEST_KAFKA": kind}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", PROBE],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", PROBE],  # one test: no workers
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -4,11 +4,14 @@ key of every column family (``scripts/crash_loop.py``; run it with more kills as
 
 from __future__ import annotations
 
+import pytest
+
 from scripts.crash_loop import run_crash_loop
 
 KILLS = 50
 
 
+@pytest.mark.slow
 def test_view_survives_kills_anywhere() -> None:
     report = run_crash_loop(kills=KILLS, events=5_000, partitions=20, seed=11)
     assert report["kills"] >= KILLS

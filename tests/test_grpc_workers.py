@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -380,15 +381,30 @@ def _serve_without_kafka(view: Path, runtime: Path) -> subprocess.Popen:
     )
 
 
-def test_the_runtime_folder_of_a_killed_supervisor_is_removed_by_the_next_start(tmp_path) -> None:
+def _serving(process: subprocess.Popen) -> dict:
+    """The process's serving line; its exit code and stderr if it ended without one."""
+    line = process.stdout.readline()
+    if not line:
+        _, stderr = process.communicate(timeout=WAIT_S)
+        pytest.fail(f"serve --workers ended ({process.returncode}) without serving:\n{stderr[-3000:]}")
+    return json.loads(line)
+
+
+@pytest.fixture
+def runtime() -> Iterator[Path]:
+    """A TMPDIR for ``serve --workers``, where its runtime folder holds the primary's unix socket, whose path must fit
+    in 107 bytes: a short folder in the system's temporary one (a pytest-xdist worker's tmp_path is too long)."""
+    with tempfile.TemporaryDirectory(prefix="rlmm-") as folder:
+        yield Path(folder)
+
+
+def test_the_runtime_folder_of_a_killed_supervisor_is_removed_by_the_next_start(tmp_path, runtime: Path) -> None:
     """SIGKILL leaves the supervisor no time to remove its runtime folder; the next ``serve --workers`` beside it
     removes it, as it no longer has a process, and makes its own."""
     View(tmp_path / "view").close()
-    runtime = tmp_path / "runtime"
-    runtime.mkdir()
     first = _serve_without_kafka(tmp_path / "view", runtime)
     try:
-        assert json.loads(first.stdout.readline())["pid"] == first.pid
+        assert _serving(first)["pid"] == first.pid
         children = psutil.Process(first.pid).children()
         left = list(runtime.iterdir())
         assert len(left) == 1
@@ -400,7 +416,7 @@ def test_the_runtime_folder_of_a_killed_supervisor_is_removed_by_the_next_start(
     assert list(runtime.iterdir()) == left  # left behind
     second = _serve_without_kafka(tmp_path / "view", runtime)
     try:
-        assert json.loads(second.stdout.readline())["pid"] == second.pid
+        assert _serving(second)["pid"] == second.pid
         now = list(runtime.iterdir())
         assert left[0] not in now and len(now) == 1
         assert left[0].name == f"rlmm-serve-{first.pid}" and now[0].name == f"rlmm-serve-{second.pid}"
@@ -412,12 +428,11 @@ def test_the_runtime_folder_of_a_killed_supervisor_is_removed_by_the_next_start(
     assert list(runtime.iterdir()) == []
 
 
-def test_a_view_in_use_is_said_in_one_line_as_with_one_worker(tmp_path) -> None:
+def test_a_view_in_use_is_said_in_one_line_as_with_one_worker(tmp_path, runtime: Path) -> None:
     """``serve --workers 2`` on a view another process holds: the line one process prints, not RocksDB's lock
     error."""
-    (tmp_path / "runtime").mkdir()
     with View(tmp_path / "held"):
-        done = _serve_without_kafka(tmp_path / "held", tmp_path / "runtime")
+        done = _serve_without_kafka(tmp_path / "held", runtime)
         _, stderr = done.communicate(timeout=WAIT_S)
     assert done.returncode == 1, stderr
     one_error_line(stderr, f"the view {tmp_path / 'held'} is in use by another process", "stop it")

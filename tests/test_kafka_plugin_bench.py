@@ -22,6 +22,9 @@ THREADS = ("1", "8")
 SMOKE_EVENTS, PARTITIONS = 20_000, 100
 
 
+pytestmark = pytest.mark.slow  # the plugin built, then its benchmark run
+
+
 @pytest.fixture(scope="module")
 def bench(built_plugin, kafka) -> dict:  # noqa: F811
     done = subprocess.run(
@@ -71,7 +74,8 @@ def test_every_case_measured(bench, case) -> None:
         assert stats["errors"] == 0, stats["first_error"]
         assert stats["calls"] > 0 and stats["seconds"] > 0
         assert stats["calls_per_s"] > 0
-        assert stats["calls_per_s"] == pytest.approx(stats["calls"] / stats["seconds"], rel=0.01)
+        # rounded to 0.1 by the benchmark: a loaded box's few writes a second are off by up to 0.05, more than 1 %
+        assert stats["calls_per_s"] == pytest.approx(stats["calls"] / stats["seconds"], rel=0.01, abs=0.05)
         assert 0 < stats["p50_us"] <= stats["p99_us"] <= stats["max_us"] * 1.01
         assert stats["jvm_cpu_us_per_call"] >= 0 and stats["server_cpu_us_per_call"] >= 0
         split = stats["jvm_cpu_us_per_call_by_thread"]

@@ -184,6 +184,7 @@ def write_problems(events: list[dict], outcomes: list[dict]) -> list[str]:
 # ---- the scenarios -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[p.name for p in SCENARIOS])
 def test_scenario_through_the_plugin_answers_as_kafka(scenario: Path, harness: Harness, kafka, tmp_path) -> None:
     meta = json.loads((scenario / "scenario.json").read_text())

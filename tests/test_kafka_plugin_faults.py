@@ -4,6 +4,7 @@ sharing one rlmm; bad settings; close() and its threads. Real ``rlmm serve`` pro
 from __future__ import annotations
 
 import json
+import math
 import socket
 import time
 from collections.abc import Iterator
@@ -15,8 +16,10 @@ from consumers.broker import free_port
 from rlmm.client import RlmmClient
 from rlmm.errors import RefusedError
 from rlmm.records.model import TopicIdPartition
+from rlmm.records.uuid import uuid_from_str
 from rlmm.state.view import View
 from tests.kafka_plugin_support import (  # noqa: F401 (built_plugin: a fixture)
+    WAIT_S,
     Harness,
     Pki,
     RlmmServe,
@@ -24,6 +27,7 @@ from tests.kafka_plugin_support import (  # noqa: F401 (built_plugin: a fixture)
     new_tp,
     plugin_config,
     topic_name,
+    wait_until,
 )
 
 STORAGE_EXCEPTION = "org.apache.kafka.server.log.remote.storage.RemoteStorageException"
@@ -41,6 +45,16 @@ def _now_ms() -> float:
     return time.time() * 1000
 
 
+def _segments(rlmm: RlmmClient, tps: list[dict]) -> int:
+    """How many segments the server lists for the harness's partitions."""
+    return sum(
+        len(
+            rlmm.list_remote_log_segments(TopicIdPartition(uuid_from_str(tp["topic_id"]), tp["topic"], tp["partition"]))
+        )
+        for tp in tps
+    )
+
+
 def _overlapping(calls: list[list], start_ms: float, end_ms: float) -> list[list]:
     """Calls ([start epoch ms, took ms, succeeded]) that were under way at some time within [start_ms, end_ms]."""
     return [c for c in calls if c[0] <= end_ms and c[0] + c[1] >= start_ms]
@@ -50,19 +64,25 @@ def test_calls_recover_when_rlmm_restarts(harness: Harness, kafka, tmp_path) -> 
     """SIGTERM, then rlmm started again on the same view and port, while a writer and two readers call: every call
     succeeds (the plugin retries within call.timeout.ms), and every acknowledged write is visible after."""
     tps = [new_tp("restart", p) for p in range(3)]
+    restarted = tmp_path / "restarted"
     with RlmmServe(tmp_path, kafka.bootstrap_servers, topic_name(), 3) as server:
         harness.open(
             "restart", server.address, call_timeout_ms=30_000, write_timeout_ms=60_000, retry_backoff_max_ms=500
         )
         harness.call("register", id="restart", leaders=tps)
         assert harness.call("wait_ready", id="restart", partitions=tps)["ready"]
-        harness.send("loop", id="restart", partitions=tps, duration_ms=7_000, readers=2)
-        time.sleep(2)
+        harness.send("loop", id="restart", partitions=tps, readers=2, until_file=str(restarted))
+        # the writer starts a segment once the write before was acknowledged: five writes ended before the restart
+        with RlmmClient(server.address) as asking:
+            assert wait_until(lambda: _segments(asking, tps) > 5, WAIT_S), "the loop did not write"
         down_ms = _now_ms()
         server.terminate()
         time.sleep(0.5)  # down for a while: calls must wait for it, not fail
         server.start()
         up_ms = _now_ms()
+        # the loop goes on until a write and a read that started 0.5 s after the restart succeeded
+        (tmp_path / "restarted.new").write_text(f"{math.ceil(up_ms + 500)}")
+        (tmp_path / "restarted.new").rename(restarted)
         got = harness.receive(timeout=300)
         harness.call("close", id="restart")
     window = f"rlmm down from {down_ms:.0f} to {up_ms:.0f} (epoch ms)"
@@ -225,7 +245,7 @@ def test_two_brokers_share_one_rlmm(harness: Harness, kafka, tmp_path) -> None:
         assert visible["errors"] == [] and visible["violations"] == [], visible
 
         assert "error" not in harness.call("stop", id="broker-2", partitions=[tp])
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + WAIT_S
         while True:
             answer = harness.call("read", id="broker-2", op="listRemoteLogSegments", tp=tp)
             if answer.get("error") == "RemoteResourceNotFoundException" or time.monotonic() > deadline:

@@ -1,7 +1,7 @@
 """``rlmm snapshot build`` on a real Spark standalone cluster: a master and a worker started on loopback with
 the ``spark-class`` script the pyspark package ships, the build run by the command line against
-``spark://127.0.0.1:PORT``, from the topic and from an archive; each snapshot verifies equal to the view
-restored from the ``local[2]`` build of the same records."""
+``spark://127.0.0.1:PORT``, from the topic and from an archive; each snapshot verifies equal to the service's view
+of the same records (as tests/test_snapshot_spark.py requires of a ``local[2]`` build)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,14 @@ import pyspark
 import pytest
 
 from consumers.broker import free_port
-from tests.snapshot_support import workload_events
+from tests.snapshot_support import live_view, workload_events
 from tests.test_snapshot_spark import dense, produce
 
 RLMM = [sys.executable, "-m", "rlmm.cli"]
+SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1"  # the quick compiler only, as snapshots/job.py runs local masters
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
+
+pytestmark = pytest.mark.slow  # a Spark master, a worker and two applications
 
 
 def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
@@ -50,7 +53,12 @@ def _listening(port: int) -> bool:
 def cluster(tmp_path_factory) -> Iterator[str]:
     """A standalone master and one worker (1 core, 1 GB) on loopback; yields the master URL."""
     logs = tmp_path_factory.mktemp("spark-cluster")
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(SPARK_CLASS.parent.parent)}
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_HOME": str(SPARK_CLASS.parent.parent),
+        "SPARK_DAEMON_JAVA_OPTS": SHORT_LIVED_JVM,
+    }
     port = free_port()
     master = _start(
         [
@@ -111,16 +119,18 @@ def _rlmm(*args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_a_build_on_a_standalone_cluster_equals_a_local_one(cluster, rlmm_config, kafka, tmp_path) -> None:
-    events, _ = workload_events(3000, seed=41, metadata_partitions=3)
+def test_a_build_on_a_standalone_cluster_equals_the_services_view(cluster, rlmm_config, kafka, tmp_path) -> None:
+    events, tps = workload_events(3000, seed=41, metadata_partitions=3)
+    events = dense(events)
     config = rlmm_config(num_partitions=3)
-    produce(config, dense(events))
+    produce(config, events)
+    with live_view(events, tps, tmp_path / "view"):  # what the service makes of the topic's records
+        pass
     topic = ["--bootstrap-server", kafka.bootstrap_servers, "--topic", config.topic]
-    _rlmm("snapshot", "build", *topic, "--out", str(tmp_path / "local"), "--master", "local[2]", "--quiet")
-    _rlmm("snapshot", "restore", str(tmp_path / "local"), "--view", str(tmp_path / "view"), "--quiet")
     _rlmm("archive", *topic, "--out", str(tmp_path / "archive"), "--quiet")
     for source, out in ((topic, "from-topic"), (["--archive", str(tmp_path / "archive")], "from-archive")):
-        built = _rlmm("snapshot", "build", *source, "--out", str(tmp_path / out), "--master", cluster, "--quiet")
+        jvms = [f"--conf=spark.{jvm}.extraJavaOptions={SHORT_LIVED_JVM}" for jvm in ("driver", "executor")]
+        built = _rlmm("snapshot", "build", *source, "--out", str(tmp_path / out), "--master", cluster, *jvms, "--quiet")
         assert built["counts"]["segments"] > 0
         assert _rlmm("snapshot", "verify", str(tmp_path / out), "--view", str(tmp_path / "view"), "--json") == {
             "differences": 0,

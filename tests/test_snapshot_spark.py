@@ -326,6 +326,7 @@ def test_a_partition_with_records_in_two_metadata_partitions_is_refused(spark, t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["archive"]
 
 
+@pytest.mark.slow
 def test_the_command_shows_its_own_progress_not_the_jvms(tmp_path):
     """What `rlmm snapshot build` prints on stderr is its own: its progress lines and the bar of the records read,
     not the JVM's (incubator modules, log4j's setup, Hadoop's native library), which go to a log of the build's
@@ -356,13 +357,15 @@ def _records_read(out) -> int:
     return read
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_build_cancels_it_quietly(tmp_path):
     """A real SIGINT while Spark runs the build's job: exit 130, one line saying so, no tracebacks, nothing
     written (before: ~60 lines of py4j and Spark tracebacks)."""
     import signal
     import time
 
-    events, _ = workload_events(60_000, seed=31)
+    # over 200 partitions, few of the generator's steps fall on deleted ones: four times quicker to make
+    events, _ = workload_events(60_000, seed=31, partitions_=200)
     write_archive(tmp_path / "archive", dense(events), 5)
     (tmp_path / "tmp").mkdir()
     build = subprocess.Popen(

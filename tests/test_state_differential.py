@@ -12,6 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -149,6 +150,7 @@ def streams(draw):
     return events, sorted(set(cuts))
 
 
+@pytest.mark.slow
 @settings(
     max_examples=int(os.environ.get("RLMM_DIFF_EXAMPLES", 300)),
     deadline=None,

@@ -45,6 +45,7 @@ def answer(call, *args):
         return exc.kafka_exception
 
 
+@pytest.mark.slow
 @settings(
     max_examples=int(os.environ.get("RLMM_DIFF_EXAMPLES", 300)) // 2,
     deadline=None,

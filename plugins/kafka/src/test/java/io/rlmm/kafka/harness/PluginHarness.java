@@ -3,12 +3,15 @@ package io.rlmm.kafka.harness;
 import java.io.BufferedReader;
 import java.io.FileOutputStream;
 import java.io.FileDescriptor;
+import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.io.PrintWriter;
 import java.io.StringWriter;
+import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.ArrayList;
@@ -34,6 +37,7 @@ import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.BooleanSupplier;
 
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.Uuid;
@@ -836,16 +840,26 @@ public final class PluginHarness {
     }
 
     /**
-     * Writes (a segment added then finished, again and again) and reads on the given partitions for a while, as a
-     * broker does, recording every call; then checks that each acknowledged write is visible.
+     * Writes (a segment added then finished, again and again) and reads on the given partitions, as a broker does,
+     * recording every call, until the file {@code until_file} holds an epoch ms T and a write and a read that started
+     * after T succeeded (or {@code max_ms} passed); then checks that each acknowledged write is visible.
      */
     private Map<String, Object> loop(Map<String, Object> cmd) throws Exception {
         RemoteLogMetadataManager rlmm = plugin(cmd);
         List<TopicIdPartition> partitions = new ArrayList<>(tps(cmd.get("partitions")));
-        long durationMs = num(cmd, "duration_ms", 5_000);
+        Path untilFile = Paths.get(str(cmd, "until_file"));
         int readers = (int) num(cmd, "readers", 2);
         int brokerId = brokerIds.getOrDefault(str(cmd, "id"), 1);
-        long end = System.nanoTime() + durationMs * 1_000_000L;
+        long end = System.nanoTime() + num(cmd, "max_ms", 300_000) * 1_000_000L;
+        AtomicLong after = new AtomicLong(Long.MAX_VALUE); // T, once the file holds it
+        AtomicLong lastWriteOk = new AtomicLong(Long.MIN_VALUE);
+        AtomicLong lastReadOk = new AtomicLong(Long.MIN_VALUE);
+        BooleanSupplier running = () -> {
+            if (after.get() == Long.MAX_VALUE) {
+                after.set(epochMsIn(untilFile));
+            }
+            return System.nanoTime() < end && !(lastWriteOk.get() > after.get() && lastReadOk.get() > after.get());
+        };
         List<Map<String, Object>> acked = Collections.synchronizedList(new ArrayList<>());
         List<Object> writes = Collections.synchronizedList(new ArrayList<>());
         List<Object> writeFailures = Collections.synchronizedList(new ArrayList<>());
@@ -855,7 +869,7 @@ public final class PluginHarness {
         List<Thread> threads = new ArrayList<>();
         threads.add(new Thread(() -> {
             int i = 0;
-            while (System.nanoTime() < end) {
+            while (running.getAsBoolean()) {
                 TopicIdPartition tp = partitions.get(i++ % partitions.size());
                 long first = nextOffset(tp).getAndAdd(100);
                 RemoteLogSegmentId id = RemoteLogSegmentId.generateNew(tp);
@@ -869,6 +883,7 @@ public final class PluginHarness {
                             Optional.empty(), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, brokerId))
                             .get(300, TimeUnit.SECONDS);
                     writes.add(List.of(t0, ms(n0), true));
+                    lastWriteOk.accumulateAndGet(t0, Math::max);
                     Map<String, Object> segment = new LinkedHashMap<>();
                     segment.put("tp", tp);
                     segment.put("segment_id", id.id().toString());
@@ -886,7 +901,7 @@ public final class PluginHarness {
         for (int r = 0; r < readers; r++) {
             threads.add(new Thread(() -> {
                 ThreadLocalRandom random = ThreadLocalRandom.current();
-                while (System.nanoTime() < end) {
+                while (running.getAsBoolean()) {
                     Map<String, Object> target = null;
                     synchronized (acked) {
                         if (!acked.isEmpty()) {
@@ -914,6 +929,7 @@ public final class PluginHarness {
                             default: op = "remoteLogSize"; rlmm.remoteLogSize(tp, 0);
                         }
                         reads.add(List.of(t0, ms(n0), true));
+                        lastReadOk.accumulateAndGet(t0, Math::max);
                     } catch (Throwable t) {
                         reads.add(List.of(t0, ms(n0), false));
                         Map<String, Object> failure = error(t);
@@ -1390,6 +1406,17 @@ public final class PluginHarness {
             throw new IllegalArgumentException("missing string " + key);
         }
         return (String) value;
+    }
+
+    /** The epoch ms a file holds; Long.MAX_VALUE while it does not exist. */
+    static long epochMsIn(Path file) {
+        try {
+            return Long.parseLong(Files.readString(file).trim());
+        } catch (NoSuchFileException e) {
+            return Long.MAX_VALUE;
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
     }
 
     static long num(Map<String, Object> map, String key, long otherwise) {
