@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Final
 
 from rlmm.errors import DecodeError, ViewDamaged, ViewNotEmpty, ViewNotFound, ViewSchemaMismatch
-from rlmm.records.model import TopicIdPartition
+from rlmm.records.model import PartitionDelete, RemoteLogMetadata, SegmentMetadata, SegmentUpdate, TopicIdPartition
 from rlmm.state import keys as K
 from rlmm.state.apply_times import ApplyTimes
 from rlmm.state.cache import CachedReadKV
 from rlmm.state.classify import classify
 from rlmm.state.commit_clock import CommitClock
 from rlmm.state.export import write_view_rows
-from rlmm.state.kv import ReadKV, StagedKV, scan
+from rlmm.state.kv import BATCH_ROWS, CountingStagedKV, ReadKV, RowCounts, StagedKV, scan
 from rlmm.state.lookup_memo import LookupMemo
 from rlmm.state.machine import StateMachine
 from rlmm.state.maxtree import Page
@@ -54,15 +54,42 @@ COUNTER_PREFIX: Final = b"count:"  # meta keys counting records by result
 class Batch:
     """Operations staged together and committed atomically by ``View.batch``."""
 
-    def __init__(self, stage: StagedKV, machine: StateMachine) -> None:
+    def __init__(self, stage: StagedKV, machine: StateMachine, row_counts: RowCounts | None = None) -> None:
+        """``row_counts``: counts the rows of the batch by the kind of event that last changed them (``stage`` is then
+        a ``CountingStagedKV``, and each event's changes are flushed to it as the event is applied)."""
         self.stage = stage
         self.machine = machine
         self.counts: Counter[str] = Counter()
+        self.row_counts = row_counts
 
     def apply(self, metadata_partition: int, offset: int, value: bytes | None) -> ApplyResult:
         """Decode, route and apply one consumed record; undecodable ones go to the quarantine."""
         self.machine.record_consumed(metadata_partition, offset)
         decoded = classify(value)
+        if self.row_counts is not None:
+            return self._apply_counting(metadata_partition, offset, value, decoded, self.row_counts)
+        return self._apply(metadata_partition, offset, value, decoded)
+
+    def _apply_counting(
+        self,
+        metadata_partition: int,
+        offset: int,
+        value: bytes | None,
+        decoded: RemoteLogMetadata | DecodeError,
+        row_counts: RowCounts,
+    ) -> ApplyResult:
+        stage = self.stage
+        assert isinstance(stage, CountingStagedKV)
+        stage.kind = event_kind(decoded)
+        row_counts.events[stage.kind] += 1
+        result = self._apply(metadata_partition, offset, value, decoded)
+        self.machine.flush()  # the rows this event changed, noted as its own
+        stage.kind = BATCH_ROWS
+        return result
+
+    def _apply(
+        self, metadata_partition: int, offset: int, value: bytes | None, decoded: RemoteLogMetadata | DecodeError
+    ) -> ApplyResult:
         if not isinstance(decoded, DecodeError):
             result = self.machine.handle(decoded, offset)
             self.counts[result.counter] += 1
@@ -105,12 +132,14 @@ class View:
         read_only: bool = False,
         secondary: Path | None = None,
         on_commit: Callable[[], None] | None = None,
+        count_rows: bool = False,
     ) -> None:
         """``read_only`` opens an existing view beside the process that writes it (operations tools);
         ``secondary`` likewise, as a RocksDB secondary instance keeping its own files in that directory, which
         ``catch_up`` brings up to date with the writer; ``on_commit`` is called after each batch that wrote
         something, before ``batch`` returns; ``row_cache_mb`` caches the offset index entries that batch
-        lookups read."""
+        lookups read; ``count_rows`` counts the rows each batch writes in ``row_counts`` (each event's changes are then
+        flushed to its batch as it is applied, which costs time)."""
         self.path = Path(path)
         read_only = read_only or secondary is not None
         if read_only and not (self.path / "CURRENT").is_file():
@@ -126,6 +155,7 @@ class View:
             secondary=secondary,
         )
         self._on_commit = on_commit
+        self.row_counts = RowCounts() if count_rows else None
         self._write_lock = threading.Lock()
         # partition and epoch rows, kept across batches: this view is their only writer
         self._row_cache: dict[TopicIdPartition, PartitionRow] = {}
@@ -230,9 +260,11 @@ class View:
         """Stage operations; on normal exit they are committed as one atomic write."""
         with self._write_lock:
             self._times.start()
-            stage = StagedKV(self._kv)
+            stage = StagedKV(self._kv) if self.row_counts is None else CountingStagedKV(self._kv)
             batch = Batch(
-                stage, StateMachine(stage, self._row_cache, self._epoch_cache, self._tree_pages, self._tree_tops)
+                stage,
+                StateMachine(stage, self._row_cache, self._epoch_cache, self._tree_pages, self._tree_tops),
+                self.row_counts,
             )
             try:
                 yield batch
@@ -246,6 +278,9 @@ class View:
                 self._drop_caches()  # cached rows may hold changes that are not committed
                 raise
             self._times.lap("flush")
+            if self.row_counts is not None:
+                assert isinstance(batch.stage, CountingStagedKV)
+                self.row_counts.add(batch.stage)
             self._publish(batch.stage)
             if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
                 self._epoch_cache.clear()
@@ -389,6 +424,13 @@ class View:
         for key, raw in scan(self._kv, K.PARTITIONS, b""):
             row = PartitionRow.unpack(raw)
             yield K.tp_from_identity(key), row.assigned, row.ready
+
+
+def event_kind(decoded: RemoteLogMetadata | DecodeError) -> str:
+    """What ``RowCounts`` counts an event as: its record's target state, or why it has none."""
+    if isinstance(decoded, (SegmentMetadata, SegmentUpdate, PartitionDelete)):
+        return decoded.state.name
+    return "undecodable" if isinstance(decoded, DecodeError) else "snapshot"
 
 
 def _counter_key(name: str) -> bytes:
