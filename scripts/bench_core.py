@@ -86,6 +86,8 @@ from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, Top
 from rlmm.records.partitioner import metadata_partition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.runtime import tune_gc
+from rlmm.state import keys as K
+from rlmm.state.rows import segment_row_value
 from rlmm.state.view import View
 from rlmm.workload import Workload, WorkloadConfig
 
@@ -407,7 +409,7 @@ def measure(events_path: Path, view_dir: Path, sizes: dict) -> dict:
         rss_curve["after txn chain"] = round(process_rss_mb(), 1)
         peak_rss_mb = peak_rss_of_this_process_mb()  # before the scans' lists of 100k segments
         by_timestamp = timestamp_lookups(view, sizes["timestamp_sizes"], sizes["scan_segments"])
-        segments_live = sum(1 for _ in view.items("segments"))
+        segments_live = sum(1 for _, row in view.items(K.SEGMENTS) if segment_row_value(row))
     disk = sum(f.stat().st_size for f in view_dir.rglob("*") if f.is_file())
     return {
         "core": core_build(),

@@ -29,6 +29,7 @@ from rlmm.state.export import write_view_rows
 from rlmm.state.kv import BATCH_ROWS, CountingStagedKV, ReadKV, RowCounts, StagedKV, scan
 from rlmm.state.lookup_memo import LookupMemo
 from rlmm.state.machine import StateMachine
+from rlmm.state.max_timestamp import Tails
 from rlmm.state.maxtree import Page
 from rlmm.state.maxtree import release as release_tree_pages
 from rlmm.state.offset_cache import OffsetCache
@@ -37,13 +38,14 @@ from rlmm.state.queries import Queries
 from rlmm.state.results import ApplyResult
 from rlmm.state.rocks import BLOCK_CACHE_MB, ROW_CACHE_MB, WRITE_BUFFER_MB, RocksKV, write_sst
 from rlmm.state.rows import EpochRow, PartitionRow
-from rlmm.state.upgrade import STEPS as UPGRADE_STEPS
+from rlmm.state.upgrade import UPGRADABLE, UPGRADE_FROM_KEY, UPGRADED_KEY, upgrade_partition
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 EPOCH_CACHE_LIMIT: Final = 100_000
 TREE_CACHE_LIMIT: Final = 4_096  # timestamp-tree pages (up to ~2.5 KB each in memory) and tops
+TAILS_CACHE_LIMIT: Final = 10_000  # partitions' last max-timestamp buckets (~0.5 KB each on average)
 OFFSET_CACHE_LIMIT: Final = 4_000_000  # what lookups hold in memory, in start offsets (8 bytes): 32 MB
 OFFSET_ENTRY_CACHE_BYTES: Final = 4 << 20  # the offset-index entries single lookups read: ~10,000 segments
 LOOKUP_MEMO_BYTES: Final = 16 << 20  # the segments single lookups found: ~28,000 of ~200 bytes
@@ -162,6 +164,7 @@ class View:
         self._epoch_cache: dict[bytes, EpochRow] = {}
         self._tree_pages: dict[bytes, Page] = {}  # the timestamp trees' pages and tops, likewise
         self._tree_tops: dict[bytes, tuple[int, int] | None] = {}
+        self._max_timestamp_tails: Tails = {}
         self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS), self._kv.changes)
         self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT, OFFSET_ENTRY_CACHE_BYTES)
         self._lookup_memo = LookupMemo(self._offset_cache, LOOKUP_MEMO_BYTES)
@@ -183,8 +186,24 @@ class View:
             return
         version = K.read_u32(raw)
         if version == SCHEMA_VERSION:
+            interrupted = self._kv.get(K.META, UPGRADE_FROM_KEY)
+            if interrupted is None:
+                if not read_only:
+                    self._kv.drop_legacy_column_families()  # left by an upgrade killed as it ended
+                return
+            if read_only:
+                raise ViewSchemaMismatch(
+                    f"the upgrade of the view at {self.path} from schema version {K.read_u32(interrupted)} to "
+                    f"{SCHEMA_VERSION} was interrupted: open it once for writing (rlmm consume or serve) to finish it"
+                )
+            self._upgrade(K.read_u32(interrupted))
             return
-        if version in UPGRADE_STEPS and not read_only:
+        if version in UPGRADABLE:
+            if read_only:
+                raise ViewSchemaMismatch(
+                    f"the view at {self.path} has schema version {version}, written by an older rlmm: open it once "
+                    f"for writing (rlmm consume or serve) to upgrade it to {SCHEMA_VERSION}"
+                )
             self._upgrade(version)
             return
         raise ViewSchemaMismatch(
@@ -193,22 +212,29 @@ class View:
         )
 
     def _upgrade(self, version: int) -> None:
-        tps = [K.tp_from_identity(key) for key, _ in scan(self._kv, K.PARTITIONS, b"")]
-        while version < SCHEMA_VERSION:
-            log.warning(
-                "upgrading the view at %s from schema version %d to %d (%d partitions)",
-                self.path,
-                version,
-                version + 1,
-                len(tps),
-            )
-            step = UPGRADE_STEPS[version]
-            for tp in tps:
-                with self.batch() as batch:
-                    step(batch.stage, tp)
-            version += 1
+        """Write every partition again in this version's layout (``rlmm.state.upgrade``), going on after the last
+        partition an interrupted upgrade wrote."""
+        with self.batch() as batch:
+            batch.stage.put(K.META, K.SCHEMA_VERSION_KEY, K.u32(SCHEMA_VERSION))
+            batch.stage.put(K.META, UPGRADE_FROM_KEY, K.u32(version))
+        done = self._kv.get(K.META, UPGRADED_KEY)
+        tps = [K.tp_from_identity(key) for key, _ in scan(self._kv, K.PARTITIONS, b"") if done is None or key > done]
+        log.warning(
+            "upgrading the view at %s from schema version %d to %d (%d partitions%s)",
+            self.path,
+            version,
+            SCHEMA_VERSION,
+            len(tps),
+            "" if done is None else ", going on after an interrupted upgrade",
+        )
+        for tp in tps:
             with self.batch() as batch:
-                batch.stage.put(K.META, K.SCHEMA_VERSION_KEY, K.u32(version))
+                upgrade_partition(batch.stage, tp)
+                batch.stage.put(K.META, UPGRADED_KEY, K.tp_identity(tp))
+        with self.batch() as batch:
+            batch.stage.delete(K.META, UPGRADE_FROM_KEY)
+            batch.stage.delete(K.META, UPGRADED_KEY)
+        self._kv.drop_legacy_column_families()
 
     def close(self) -> None:
         self._kv.close()
@@ -263,7 +289,14 @@ class View:
             stage = StagedKV(self._kv) if self.row_counts is None else CountingStagedKV(self._kv)
             batch = Batch(
                 stage,
-                StateMachine(stage, self._row_cache, self._epoch_cache, self._tree_pages, self._tree_tops),
+                StateMachine(
+                    stage,
+                    self._row_cache,
+                    self._epoch_cache,
+                    self._tree_pages,
+                    self._tree_tops,
+                    self._max_timestamp_tails,
+                ),
                 self.row_counts,
             )
             try:
@@ -287,6 +320,8 @@ class View:
             if len(self._tree_pages) + len(self._tree_tops) > TREE_CACHE_LIMIT:
                 release_tree_pages(self._tree_pages)
                 self._tree_tops.clear()
+            if len(self._max_timestamp_tails) > TAILS_CACHE_LIMIT:
+                self._max_timestamp_tails.clear()
 
     def _publish(self, stage: StagedKV) -> None:
         """Write a stage atomically and bring the caches in front of the store up to date with it (the lookup caches
@@ -377,6 +412,7 @@ class View:
         self._epoch_cache.clear()
         release_tree_pages(self._tree_pages)
         self._tree_tops.clear()
+        self._max_timestamp_tails.clear()
         self._read_cache.clear()
         self._offset_cache.clear()
         self._lookup_memo.clear()
