@@ -32,6 +32,8 @@ COMPILED_MODULES = (
     "rlmm.state.keys",
     "rlmm.state.rows",
     "rlmm.state.kv",
+    "rlmm.state.segment_rows",
+    "rlmm.state.max_timestamp",
     "rlmm.state.maxtree",
     "rlmm.state.timestamp_index",
     "rlmm.state.epoch_index",

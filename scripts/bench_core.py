@@ -52,6 +52,11 @@ seconds, to show that the benchmark runs.
 * ``of_kafka``: the ``uploads`` stream's measures as ratios of Kafka's (``KAFKA_UPLOADS``); null for ``cluster``.
 * ``instructions``: with ``--callgrind``, the applying thread's instructions and read calls per event, and per
   call of each query (valgrind's callgrind); null without.
+* ``rows_per_event``: the rows the view's batches wrote for the stream (puts, deletions, range deletions), counted
+  in a separate apply of it (``View(count_rows=True)``, ``rlmm.state.kv.RowCounts``): per event in all (``rows``,
+  and their keys' and values' ``bytes``), by column family, by operation, and by the kind of event that last changed
+  each row in its batch (per event of that kind; ``batch``: the rows written once per batch, partitions, epochs,
+  consumed offsets and counters, per event of any kind).
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, Top
 from rlmm.records.partitioner import metadata_partition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.runtime import tune_gc
+from rlmm.state import keys as K
+from rlmm.state.rows import segment_row_value
 from rlmm.state.view import View
 from rlmm.workload import Workload, WorkloadConfig
 
@@ -402,7 +409,7 @@ def measure(events_path: Path, view_dir: Path, sizes: dict) -> dict:
         rss_curve["after txn chain"] = round(process_rss_mb(), 1)
         peak_rss_mb = peak_rss_of_this_process_mb()  # before the scans' lists of 100k segments
         by_timestamp = timestamp_lookups(view, sizes["timestamp_sizes"], sizes["scan_segments"])
-        segments_live = sum(1 for _ in view.items("segments"))
+        segments_live = sum(1 for _, row in view.items(K.SEGMENTS) if segment_row_value(row))
     disk = sum(f.stat().st_size for f in view_dir.rglob("*") if f.is_file())
     return {
         "core": core_build(),
@@ -438,6 +445,19 @@ def thread_read_calls(io: int) -> int:
     from ``io``: /proc/thread-self/io open."""
     text = os.pread(io, 4096, 0).decode()
     return int(text[text.index("syscr:") + 6 :].split()[0])
+
+
+def count_rows(events_path: Path, view_dir: Path) -> dict:
+    """The rows the view's batches write for the stream, applied as ``measure`` applies it (``rows_per_event``)."""
+    tune_gc()
+    with View(view_dir, count_rows=True) as view:
+        with view.batch() as batch:
+            for tp in read_partitions(events_path):
+                batch.assign(tp)
+                batch.mark_ready(tp)
+        apply_events(view, read_events(events_path))
+        assert view.row_counts is not None
+        return view.row_counts.per_event()
 
 
 def build_view(events_path: Path, view_dir: Path, stop: int) -> None:
@@ -662,6 +682,21 @@ def report(result: dict) -> None:
         "",
     )
     table.add_row("disk MB", str(result["disk_mb"]), "", "")
+    rows = result["rows_per_event"]
+    table.add_row("rows written per event (bytes)", f"{rows['rows']} ({rows['bytes']})", "", "")
+    table.add_row(
+        "rows per event by column family",
+        ", ".join(f"{cf} {n}" for cf, n in rows["by_column_family"].items()),
+        "",
+        "",
+    )
+    for kind, counted in rows["by_kind"].items():
+        table.add_row(
+            f"rows per {kind} event ({counted['events']:,})",
+            f"{counted['rows']}: " + ", ".join(f"{cf} {n}" for cf, n in counted["by_column_family"].items()),
+            "",
+            "",
+        )
     if result["instructions"]:
         counts = result["instructions"]
         table.add_row(
@@ -701,6 +736,7 @@ def main() -> None:
         "with valgrind's callgrind",
     )
     parser.add_argument("--measure", nargs=2, type=Path, help=argparse.SUPPRESS)  # events file, view dir
+    parser.add_argument("--count-rows", nargs=2, type=Path, help=argparse.SUPPRESS)  # events file, view dir
     parser.add_argument("--build-view", nargs=3, help=argparse.SUPPRESS)  # events file, view dir, events
     parser.add_argument("--count-phases", nargs=5, help=argparse.SUPPRESS)  # events, view, start, counted, phases
     args = parser.parse_args()
@@ -710,6 +746,9 @@ def main() -> None:
         parser.error(f"--callgrind N counts the last N of 2N events: N from 1 to {events // 2:,} (--events / 2)")
     if args.measure:
         print(json.dumps(measure(*args.measure, sizes)))
+        return
+    if args.count_rows:
+        print(json.dumps(count_rows(*args.count_rows)))
         return
     if args.build_view:
         events_file, view_dir, stop = args.build_view
@@ -742,6 +781,15 @@ def main() -> None:
             env=os.environ,
         ).stdout
         result = {"stream": args.stream, "smoke": args.smoke, **json.loads(out)}
+        if not args.json:
+            print("counting rows per event ...", file=sys.stderr)
+        rows = subprocess.run(
+            [sys.executable, __file__, "--count-rows", str(events_path), str(Path(tmp) / "counted-rows-view")],
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
+        ).stdout
+        result["rows_per_event"] = json.loads(rows)
         result["instructions"] = None
         if args.callgrind is not None:
             if not args.json:

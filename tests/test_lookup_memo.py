@@ -17,7 +17,7 @@ from rlmm.state import lookup_memo
 from rlmm.state import view as view_module
 from rlmm.state.kv import StagedKV
 from rlmm.state.lookup_memo import ENTRY_OVERHEAD, EPOCH_OVERHEAD, NAME_OVERHEAD, PARTITION_OVERHEAD, LookupMemo
-from rlmm.state.machine import decode_segment
+from rlmm.state.segment_rows import decode_segment
 from rlmm.state.view import View
 from tests.grpc_support import TS, fill_view, finished, new_tp, segment
 from tests.test_offset_cache import NAME, TP, apply, single

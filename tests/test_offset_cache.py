@@ -15,9 +15,9 @@ from rlmm.records.serde import encode_value
 from rlmm.state import keys as K
 from rlmm.state import offset_cache
 from rlmm.state import view as view_module
-from rlmm.state.machine import decode_segment
 from rlmm.state.offset_cache import ENTRY_OVERHEAD, EPOCH_WEIGHT
 from rlmm.state.queries import Queries
+from rlmm.state.segment_rows import decode_segment
 from rlmm.state.view import View
 from tests.grpc_support import TS, fill_view, finished, new_tp, segment
 

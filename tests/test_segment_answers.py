@@ -8,7 +8,7 @@ from rlmm.records.model import SegmentState
 from rlmm.records.serde import encode_value
 from rlmm.server import answers
 from rlmm.server.answers import SegmentAnswers
-from rlmm.state.machine import decode_segment
+from rlmm.state.segment_rows import decode_segment
 from rlmm.v1 import service_pb2 as api
 from tests.grpc_support import new_tp, segment
 

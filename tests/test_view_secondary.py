@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rlmm.records.model import SegmentState, SegmentUpdate
 from rlmm.records.serde import encode_value
-from rlmm.state.machine import decode_segment
+from rlmm.state.segment_rows import decode_segment
 from rlmm.state.view import View
 from tests.grpc_support import TS, fill_view, new_tp, segment
 

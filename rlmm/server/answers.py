@@ -12,7 +12,7 @@ from collections.abc import Callable
 from google.protobuf.message import Message
 
 from rlmm.client import convert
-from rlmm.state.machine import decode_segment
+from rlmm.state.segment_rows import decode_segment
 
 # answers kept (~310 bytes each with their values for the benchmark's segments: ~6 MB)
 KEPT = 20_000

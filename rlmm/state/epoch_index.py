@@ -6,8 +6,10 @@ index) and the highest offset copied. ``EpochIndex`` keeps the same in the view'
 
 * the epoch row's aggregates: the size and count of its members (referenced and unreferenced ids), how many of
   them have no metadata (Kafka's listing then fails), the offset index's first and last keys;
-* membership: per segment, the epochs that track it and how (the reverse of the two sets);
-* txn: offset-index entries whose segment has a transaction index;
+* membership: per segment, the epochs that track it and how (the reverse of the two sets), kept in the segment's row
+  (rlmm/state/segment_rows.py);
+* txn: the offset-index entries whose segment has a transaction index and whose previous entry's has none (the
+  starts of the runs of such entries, which is where ``nextSegmentWithTxnIndex`` seeks from an entry without one);
 * breaks: entries after which the offset chain does not continue at the next entry;
 * the timestamp index (rlmm/state/timestamp_index.py): each epoch's tree of maxima over its offset index, the
   inversions of the offset index's order, the finished unreferenced segments.
@@ -25,7 +27,8 @@ from rlmm.state import keys as K
 from rlmm.state import timestamp_index as TI
 from rlmm.state.kv import ReadKV, WriteKV
 from rlmm.state.maxtree import Page, TreePages
-from rlmm.state.rows import EpochRow, RefEntry, pack_memberships, unpack_memberships
+from rlmm.state.rows import EpochRow, RefEntry
+from rlmm.state.segment_rows import SegmentRows
 
 REFERENCED: Final = 1  # membership flag: the id is in the epoch's offset index
 UNREFERENCED: Final = 2  # membership flag: the id is in the epoch's unreferenced set
@@ -62,49 +65,40 @@ def ref_entry(kv: ReadKV, key: bytes) -> RefEntry:
 
 @final
 class EpochIndex:
-    """The epochs' state over a ``WriteKV``. Epoch rows and memberships are read once, kept as objects while a
-    batch runs and written back by ``flush``; the other rows are written as they change."""
+    """The epochs' state over a ``WriteKV``. Epoch rows are read once, kept as objects while a batch runs and
+    written back by ``flush``, memberships likewise through ``segments`` (which its owner flushes); the other rows
+    are written as they change."""
 
     def __init__(
         self,
         kv: WriteKV,
+        segments: SegmentRows,
         rows: dict[bytes, EpochRow] | None = None,
         tree_pages: dict[bytes, Page] | None = None,
         tree_tops: dict[bytes, tuple[int, int] | None] | None = None,
     ) -> None:
-        """``rows``, ``tree_pages`` and ``tree_tops`` may be caches kept across batches by the only writer of the
-        KV."""
+        """``segments``: the segments' rows, which hold their memberships; ``rows``, ``tree_pages`` and
+        ``tree_tops`` may be caches kept across batches by the only writer of the KV."""
         self.kv = kv
+        self.segments = segments
         self._rows = {} if rows is None else rows  # tpid|epoch -> row
         self._dirty_rows: set[bytes] = set()
-        self._members: dict[bytes, dict[int, int]] = {}  # tpid|segment id -> {epoch: membership flags}
-        self._dirty_members: set[bytes] = set()
         self._tree_pages = TreePages(kv, K.TIMESTAMP_TREES, tree_pages, tree_tops)
 
     def flush(self) -> None:
-        """Write the cached rows back to the KV."""
+        """Write the cached rows back to the KV (the memberships are the segments' rows' to write)."""
         kv = self.kv
         for key in self._dirty_rows:
             kv.put(K.EPOCHS, key, self._rows[key].pack())
-        for key in self._dirty_members:
-            members = self._members[key]
-            if members:
-                kv.put(K.MEMBERSHIP, key, pack_memberships(members))
-            else:
-                kv.delete(K.MEMBERSHIP, key)
         self._tree_pages.flush()
         self._dirty_rows.clear()
-        self._members.clear()
-        self._dirty_members.clear()
 
     def forget(self, tpid: bytes) -> None:
         """Drop what is cached of a partition whose rows were deleted."""
         self._tree_pages.forget(tpid)
-        for cache in (self._rows, self._members):
-            for key in [k for k in cache if k.startswith(tpid)]:
-                del cache[key]
+        for key in [k for k in self._rows if k.startswith(tpid)]:
+            del self._rows[key]
         self._dirty_rows = {k for k in self._dirty_rows if not k.startswith(tpid)}
-        self._dirty_members = {k for k in self._dirty_members if not k.startswith(tpid)}
 
     def row(self, tpid: bytes, epoch: int) -> EpochRow:
         """The epoch's row, to be changed (written back by ``flush``; a new epoch gets a row)."""
@@ -177,10 +171,6 @@ class EpochIndex:
         if before or segment.state is SegmentState.COPY_SEGMENT_FINISHED:
             TI.move_finished_unreferenced(self.kv, tpid, segment, before, self.finished_unreferenced(tpid, segment))
 
-    def untracked(self, tpid: bytes, segment_id: bytes) -> None:
-        """No epoch tracks the segment (known without reading its memberships)."""
-        self._members[tpid + segment_id] = {}
-
     def resize(self, tpid: bytes, segment_id: bytes, old_size: int | None, new_size: int | None) -> bool:
         """The segment's size changes (None: its metadata is absent), and with it the aggregates of the epochs that
         track it; returns whether any does."""
@@ -216,7 +206,7 @@ class EpochIndex:
             key = K.offset_key(tpid, epoch, start)
             following = entries[i + 1] if i + 1 < len(entries) else None
             kv.put(K.OFFSETS, key, entry.pack())
-            if not entry.txn_index_empty:
+            if txn_start(entries[i - 1][1] if i else None, entry):
                 kv.put(K.TXN, key, b"")
             if is_break(entry, following):
                 kv.put(K.BREAKS, key, b"")
@@ -226,6 +216,7 @@ class EpochIndex:
             self._membership(er, tpid, epoch, entry.segment_id, REFERENCED, True, entry.size)
         if entries:
             er.first_key, er.last_key, er.last_end = entries[0][0], entries[-1][0], entries[-1][1].end_offset
+            er.last_txn = not entries[-1][1].txn_index_empty
         for segment_id, segment in unreferenced:
             self._unreferenced_add(
                 er, tpid, epoch, segment_id, None if segment is None else segment.segment_size_in_bytes
@@ -236,21 +227,15 @@ class EpochIndex:
     # ---- membership and the unreferenced set -----------------------------------------------------------------------
 
     def memberships(self, tpid: bytes, segment_id: bytes) -> dict[int, int]:
-        """Epoch -> membership flags of one segment (cached for the batch, written back by ``flush``)."""
-        return self._memberships_at(tpid + segment_id)
-
-    def _memberships_at(self, key: bytes) -> dict[int, int]:
-        members = self._members.get(key)
-        if members is None:
-            members = self._members[key] = unpack_memberships(self.kv.get(K.MEMBERSHIP, key))
-        return members
+        """Epoch -> membership flags of one segment (cached for the batch, written back with the segment's row)."""
+        return self.segments.members(tpid + segment_id)
 
     def _membership(
         self, er: EpochRow, tpid: bytes, epoch: int, segment_id: bytes, flag: int, on: bool, size: int | None
     ) -> bool:
         """Set or clear one membership flag of a segment in an epoch; returns whether it changed."""
         key = tpid + segment_id
-        members = self._memberships_at(key)
+        members = self.segments.members(key)
         flags = members.get(epoch, 0)
         new_flags = flags | flag if on else flags & ~flag
         if new_flags == flags:
@@ -259,7 +244,7 @@ class EpochIndex:
             members[epoch] = new_flags
         else:
             del members[epoch]
-        self._dirty_members.add(key)
+        self.segments.members_changed(key)
         _add_contribution(er, size, 1 if on else -1)
         return True
 
@@ -286,6 +271,7 @@ class EpochIndex:
         prefix = K.epoch_prefix(tpid, epoch)
         key = K.offset_key(tpid, epoch, start)
         old = None
+        appended_after_txn: bool | None = None  # for an append: whether the entry before it has a txn index
         if er.first_key is None or er.last_key is None:
             prev = nxt = None
             er.first_key = er.last_key = start
@@ -300,6 +286,7 @@ class EpochIndex:
             ):
                 self.kv.put_new(K.INVERSIONS, K.offset_key(tpid, epoch, er.last_key), b"")
             prev = nxt = None
+            appended_after_txn = er.last_txn
             er.last_key = start
         elif start < er.first_key:
             prev, nxt = None, (er.first_key, ref_entry(self.kv, K.offset_key(tpid, epoch, er.first_key)))
@@ -313,13 +300,25 @@ class EpochIndex:
             nxt = None if start == er.last_key else self._neighbour_above(prefix, start)
         if start == er.last_key:
             er.last_end = entry.end_offset
+            er.last_txn = not entry.txn_index_empty
         if old is None:
             self.kv.put_new(K.OFFSETS, key, entry.pack())
         else:
             self.kv.put(K.OFFSETS, key, entry.pack())
             TI.unreference(self._tree_pages, tpid, epoch, start)
         TI.reference(self._tree_pages, tpid, epoch, start, segment)
-        self._update_index(K.TXN, key, old is not None and not old.txn_index_empty, not entry.txn_index_empty)
+        prev_entry = None if prev is None else prev[1]
+        if appended_after_txn is not None:
+            self._update_index(K.TXN, key, False, not entry.txn_index_empty and not appended_after_txn)
+        else:
+            self._update_index(K.TXN, key, old is not None and txn_start(prev_entry, old), txn_start(prev_entry, entry))
+        if nxt is not None:
+            self._update_index(
+                K.TXN,
+                K.offset_key(tpid, epoch, nxt[0]),
+                txn_start(prev_entry if old is None else old, nxt[1]),
+                txn_start(entry, nxt[1]),
+            )
         self._update_index(K.BREAKS, key, old is not None and is_break(old, nxt), is_break(entry, nxt))
         self._update_index(K.INVERSIONS, key, old is not None and is_inversion(old, nxt), is_inversion(entry, nxt))
         if prev is not None:
@@ -344,13 +343,22 @@ class EpochIndex:
             # the first entry (retention's case) and no break: the next entry starts right after it, no seek
             next_start, was_break = entry.end_offset + 1, False
             was_inversion = self.kv.get(K.INVERSIONS, key) is not None
+            if entry.txn_index_empty:  # the next entry, first now, leaves the txn index if it was there
+                next_key = K.offset_key(tpid, epoch, next_start)
+                if self.kv.get(K.TXN, next_key) is not None:
+                    self.kv.delete(K.TXN, next_key)
         else:
             nxt = self._neighbour_above(prefix, start)
             next_start, was_break = None if nxt is None else nxt[0], is_break(entry, nxt)
             was_inversion = is_inversion(entry, nxt)
         self.kv.delete(K.OFFSETS, key)
         TI.unreference(self._tree_pages, tpid, epoch, start)
-        self._update_index(K.TXN, key, not entry.txn_index_empty, False)
+        prev_entry = None if prev is None else prev[1]
+        self._update_index(K.TXN, key, txn_start(prev_entry, entry), False)
+        if nxt is not None:
+            self._update_index(
+                K.TXN, K.offset_key(tpid, epoch, nxt[0]), txn_start(entry, nxt[1]), txn_start(prev_entry, nxt[1])
+            )
         self._update_index(K.BREAKS, key, was_break, False)
         self._update_index(K.INVERSIONS, key, was_inversion, False)
         if start == er.first_key:
@@ -358,6 +366,7 @@ class EpochIndex:
         if start == er.last_key:
             er.last_key = None if prev is None else prev[0]
             er.last_end = 0 if prev is None else prev[1].end_offset
+            er.last_txn = prev is not None and not prev[1].txn_index_empty
         if prev is not None:
             prev_key = K.offset_key(tpid, epoch, prev[0])
             self._update_index(K.BREAKS, prev_key, is_break(prev[1], (start, entry)), is_break(prev[1], nxt))
@@ -383,6 +392,13 @@ class EpochIndex:
             self.kv.put_new(cf, key, b"")
         elif was and not now:
             self.kv.delete(cf, key)
+
+
+def txn_start(prev: RefEntry | None, entry: RefEntry) -> bool:
+    """Whether an entry is in the txn index: its segment has a transaction index and the entry before it in the epoch
+    has none. ``nextSegmentWithTxnIndex`` seeks there from an entry without one, and the first entry after that with
+    one always starts such a run; an epoch whose segments all have one holds no row."""
+    return prev is not None and prev.txn_index_empty and not entry.txn_index_empty
 
 
 def is_break(entry: RefEntry, nxt: tuple[int, RefEntry] | None) -> bool:

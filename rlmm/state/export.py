@@ -4,24 +4,26 @@
 its segments, and per leader epoch the highest offset, the referenced entries and the unreferenced
 set) from any ``ReadKV``. ``write_partition_state(kv, tp, state)`` writes exactly the rows the state
 machine would have written for that state, derived indexes included: the partition's (segments, max timestamp,
-orphans) here, each epoch's (offset-index entries, txn, breaks, inversions, timestamp trees, membership, epoch
+orphans) here, each epoch's (offset-index entries, txn, breaks, inversions, timestamp trees, memberships, epoch
 aggregates) by the machine's own ``EpochIndex``. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rlmm.errors import StateError
 from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentState, TopicIdPartition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.state import keys as K
+from rlmm.state import max_timestamp as MT
 from rlmm.state.epoch_index import EpochIndex
 from rlmm.state.kv import ReadKV, WriteKV, scan
-from rlmm.state.machine import decode_segment, segment_max_timestamp_key
+from rlmm.state.machine import segment_max_timestamp_entry
 from rlmm.state.quarantine import QuarantinedRecord
-from rlmm.state.rows import EpochRow, PartitionRow, RefEntry
+from rlmm.state.rows import PartitionRow, RefEntry, epoch_row_highest_offset, segment_row_value
+from rlmm.state.segment_rows import SegmentRows, decode_segment
 
 
 @dataclass(slots=True)
@@ -47,17 +49,21 @@ class PartitionState:
         return len(self.segments)
 
 
-def partition_state(kv: ReadKV, tp: TopicIdPartition) -> PartitionState | None:
+def partition_state(
+    kv: ReadKV, tp: TopicIdPartition, segment_value: Callable[[bytes], bytes] = segment_row_value
+) -> PartitionState | None:
+    """``segment_value``: the topic value in a row of ``SEGMENTS`` (empty: none), which the rows of schema versions
+    before 3 are (``rlmm.state.upgrade``)."""
     raw = kv.get(K.PARTITIONS, K.tp_identity(tp))
     if raw is None:
         return None
     row = PartitionRow.unpack(raw)
     tpid = row.tpid
-    segments = [decode_segment(v) for _, v in scan(kv, K.SEGMENTS, tpid)]
+    segments = [decode_segment(v) for v in (segment_value(raw) for _, raw in scan(kv, K.SEGMENTS, tpid)) if v]
     epochs: dict[int, EpochState] = {}
     for key, value in scan(kv, K.EPOCHS, tpid):
         epoch = K.read_epoch(key, 4)
-        epochs[epoch] = EpochState(epoch, EpochRow.unpack(value).highest_offset)
+        epochs[epoch] = EpochState(epoch, epoch_row_highest_offset(value))
     for key, value in scan(kv, K.OFFSETS, tpid):
         epochs[K.read_epoch(key, 4)].referenced.append((K.read_offset(key, 8), RefEntry.unpack(value).segment_id))
     for key, _ in scan(kv, K.UNREFERENCED, tpid):
@@ -99,18 +105,22 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
     kv.put(K.TP_BY_ID, tpid, K.tp_identity(tp))
     by_id: dict[bytes, SegmentMetadata] = {}
     encoded: dict[bytes, bytes] = {}
+    segment_rows = SegmentRows(kv)
+    max_timestamps: list[bytes] = []
     for segment in state.segments:
         if segment.tp != tp:
             raise StateError(f"segment of {segment.tp} in partition {tp}")
         if segment.segment_id in by_id:
             raise StateError(f"segment {segment.segment_id.hex()} twice in partition {tp}")
         by_id[segment.segment_id] = segment
-        value = encoded[segment.segment_id] = encode_value(segment)
-        kv.put(K.SEGMENTS, tpid + segment.segment_id, value)
-        max_timestamp_key = segment_max_timestamp_key(tpid, segment)
-        if max_timestamp_key is not None:
-            kv.put(K.MAX_TIMESTAMP, max_timestamp_key, b"")
-    epochs = EpochIndex(kv)
+        key = tpid + segment.segment_id
+        segment_rows.set_metadata(key, segment)
+        encoded[segment.segment_id] = segment_rows.encode(key, segment)
+        max_timestamp = segment_max_timestamp_entry(segment)
+        if max_timestamp is not None:
+            max_timestamps.append(max_timestamp)
+    MT.write_index(kv, tpid, sorted(max_timestamps))
+    epochs = EpochIndex(kv, segment_rows)
     tracked: set[bytes] = set()
     for es in state.epochs:
         referenced: list[tuple[int, SegmentMetadata, bytes]] = []
@@ -133,6 +143,7 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
         tracked.update(segment_id for _, segment_id in es.referenced)
         tracked.update(es.unreferenced)
     epochs.flush()
+    segment_rows.flush()
     row = PartitionRow(
         tpid,
         state.assigned,

@@ -16,16 +16,20 @@ from rlmm.records.model import TopicIdPartition
 META: Final = "meta"  # singletons: schema version, tpid counter, counters
 PARTITIONS: Final = "partitions"  # tp identity -> PartitionRow
 TP_BY_ID: Final = "tp_by_id"  # tpid -> tp identity
-SEGMENTS: Final = "segments"  # tpid|segment id -> topic value of the segment (api key 0 encoding)
+# tpid|segment id -> the epochs tracking the segment (the reverse of the offset index and the unreferenced set) and
+# its topic value (api key 0 encoding; empty while it has no metadata): rlmm/state/rows.py, pack_segment_row
+SEGMENTS: Final = "segments"
 EPOCHS: Final = "epochs"  # tpid|epoch -> EpochRow
 OFFSETS: Final = "offsets"  # tpid|epoch|epoch start offset -> RefEntry (Kafka's offsetToId)
 UNREFERENCED: Final = "unreferenced"  # tpid|epoch|segment id -> b""
-MEMBERSHIP: Final = "membership"  # tpid|segment id -> the epochs tracking the segment (reverse of the two above)
-TXN: Final = "txn"  # tpid|epoch|epoch start offset -> b"" for referenced segments with a txn index
+# tpid|epoch|epoch start offset -> b"" for the entries whose segment has a txn index and whose previous entry's has none
+TXN: Final = "txn"
 # tpid|epoch|epoch start offset -> b"" where the offset chain does not continue to the next entry
 BREAKS: Final = "breaks"
-MAX_TIMESTAMP: Final = "max_timestamp"  # tpid|max ts|end offset|segment id -> b"" for COPY_SEGMENT_FINISHED segments
-# tpid|epoch|level|node|slot -> a slot of the epoch's tree of maxima (rlmm/state/maxtree.py) over its offset index
+# tpid[|max ts|end offset|segment id] -> a bucket of the (max ts, end offset, segment id) of the COPY_SEGMENT_FINISHED
+# segments, from that one on (rlmm/state/max_timestamp.py)
+MAX_TIMESTAMP: Final = "max_timestamp"
+# tpid|epoch|level|node -> a page of the epoch's tree of maxima (rlmm/state/maxtree.py) over its offset index
 # (max timestamp and end offset of each entry's segment); tpid|epoch|0xff -> the tree's top
 TIMESTAMP_TREES: Final = "timestamp_trees"
 # tpid|epoch|epoch start offset -> b"" where the next entry's segment starts before this entry's
@@ -43,7 +47,6 @@ COLUMN_FAMILIES: Final = (
     EPOCHS,
     OFFSETS,
     UNREFERENCED,
-    MEMBERSHIP,
     TXN,
     BREAKS,
     MAX_TIMESTAMP,
@@ -59,7 +62,6 @@ PER_PARTITION: Final = (
     EPOCHS,
     OFFSETS,
     UNREFERENCED,
-    MEMBERSHIP,
     TXN,
     BREAKS,
     MAX_TIMESTAMP,
@@ -67,6 +69,8 @@ PER_PARTITION: Final = (
     INVERSIONS,
     FINISHED_UNREFERENCED,
 )
+# column families of older schema versions, opened to upgrade a view and dropped once it is
+LEGACY_COLUMN_FAMILIES: Final = ("membership",)
 
 _U32: Final = struct.Struct(">I")
 _U64: Final = struct.Struct(">Q")
@@ -77,7 +81,6 @@ MIN_OFFSET: Final = -(1 << 63)
 _TP_IDENTITY: Final = struct.Struct(">16si")
 _EPOCH_KEY: Final = struct.Struct(">4sI")
 _OFFSET_KEY: Final = struct.Struct(">4sIQ")
-_MAX_TIMESTAMP_KEY: Final = struct.Struct(">4sQQ16s")  # tpid, max ts, end offset, segment id
 EPOCH_PREFIX_LEN: Final = _EPOCH_KEY.size  # an offset key is its epoch prefix and the offset
 
 SCHEMA_VERSION_KEY: Final = b"schema_version"
@@ -119,10 +122,6 @@ def epoch_prefix(tpid: bytes, epoch: int) -> bytes:
 
 def offset_key(tpid: bytes, epoch: int, offset: int) -> bytes:
     return _OFFSET_KEY.pack(tpid, epoch + _I32_FLIP, offset + I64_FLIP)
-
-
-def max_timestamp_key(tpid: bytes, max_timestamp_ms: int, end_offset: int, segment_id: bytes) -> bytes:
-    return _MAX_TIMESTAMP_KEY.pack(tpid, max_timestamp_ms + I64_FLIP, end_offset + I64_FLIP, segment_id)
 
 
 def quarantine_key(metadata_partition: int, offset: int) -> bytes:

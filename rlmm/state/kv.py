@@ -8,9 +8,11 @@ events sees its own writes and reaches the backend as one atomic write at ``comm
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
+from collections import Counter
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Final, Protocol
 
+from rlmm.state import keys as K
 from rlmm.state.keys import prefix_end
 
 Item = tuple[bytes, bytes]
@@ -262,6 +264,98 @@ class StagedKV:
                 self._fresh.discard((cf, k))
             self._order.pop(cf, None)
         self.deleted_prefixes.setdefault(cf, []).append(prefix)
+
+
+BATCH_ROWS: Final = "batch"  # what ``RowCounts`` attributes a batch's own rows to
+# column families whose rows are written once per batch however many events changed them
+_BOOKKEEPING: Final = frozenset((K.PARTITIONS, K.EPOCHS, K.METADATA_OFFSETS, K.META))
+
+
+class CountingStagedKV(StagedKV):
+    """A stage that notes, for each row it will write, the kind of event that last changed it (``kind``, which its
+    writer sets), for ``RowCounts``. A separate class, so that the stages of a view that counts nothing pay
+    nothing for it."""
+
+    def __init__(self, base: ReadKV) -> None:
+        super().__init__(base)
+        self.kind = BATCH_ROWS
+        self.kinds: dict[tuple[str, bytes], str] = {}
+        self.range_deletes: list[tuple[str, str]] = []  # (column family, kind)
+
+    def _set(self, cf: str, key: bytes, value: bytes | None) -> None:
+        self.kinds[(cf, key)] = self.kind
+        super()._set(cf, key, value)
+
+    def delete_prefix(self, cf: str, prefix: bytes) -> None:
+        self.range_deletes.append((cf, self.kind))
+        super().delete_prefix(cf, prefix)
+
+
+class RowCounts:
+    """Rows the batches of a view wrote (puts, deletions, range deletions) and their bytes (keys and values), by
+    column family and by the kind of event that last changed each row before its batch was written. The rows of
+    the bookkeeping column families (a partition's, an epoch's, a consumed offset, a counter: written once per batch
+    however many events changed them) count as the batch's own (``BATCH_ROWS``)."""
+
+    def __init__(self) -> None:
+        self.events: Counter[str] = Counter()  # by kind
+        self.rows: Counter[tuple[str, str, str]] = Counter()  # (kind, column family, operation)
+        self.bytes: Counter[tuple[str, str]] = Counter()  # (kind, column family)
+
+    def add(self, stage: CountingStagedKV) -> None:
+        """Count the rows of a stage about to be written."""
+        for cf, kind in stage.range_deletes:
+            self.rows[(BATCH_ROWS if cf in _BOOKKEEPING else kind, cf, "range_delete")] += 1
+        for cf, table in stage.pending.items():
+            bookkeeping = cf in _BOOKKEEPING
+            for key, value in table.items():
+                kind = BATCH_ROWS if bookkeeping else stage.kinds.get((cf, key), BATCH_ROWS)
+                self.rows[(kind, cf, "put" if value is not None else "delete")] += 1
+                self.bytes[(kind, cf)] += len(key) + (0 if value is None else len(value))
+
+    def per_event(self) -> dict:
+        """Rows and bytes per event applied: in all, by column family, by operation, and by kind (per event of that
+        kind; the batch's own rows per event of any kind)."""
+        events = sum(self.events.values()) or 1
+        by_kind: dict[str, dict] = {}
+        for kind in sorted({k for k, _, _ in self.rows} | set(self.events)):
+            count = events if kind == BATCH_ROWS else self.events[kind] or 1
+            by_kind[kind] = {
+                "events": self.events[kind] if kind != BATCH_ROWS else events,
+                "rows": _ratio(sum(n for (k, _, _), n in self.rows.items() if k == kind), count),
+                "by_column_family": _per(self.rows, count, kind),
+            }
+        return {
+            "events": events,
+            "rows": _ratio(sum(self.rows.values()), events),
+            "bytes": _ratio(sum(self.bytes.values()), events),
+            "by_column_family": _per(self.rows, events),
+            "bytes_by_column_family": _per_cf_bytes(self.bytes, events),
+            "by_operation": {
+                op: _ratio(sum(n for (_, _, o), n in self.rows.items() if o == op), events)
+                for op in ("put", "delete", "range_delete")
+            },
+            "by_kind": by_kind,
+        }
+
+
+def _ratio(count: int, events: int) -> float:
+    return round(count / events, 4)
+
+
+def _per(rows: Counter[tuple[str, str, str]], events: int, kind: str | None = None) -> dict[str, float]:
+    by_cf: Counter[str] = Counter()
+    for (k, cf, _), n in rows.items():
+        if kind is None or k == kind:
+            by_cf[cf] += n
+    return {cf: _ratio(n, events) for cf, n in sorted(by_cf.items())}
+
+
+def _per_cf_bytes(counts: Counter[tuple[str, str]], events: int) -> dict[str, float]:
+    by_cf: Counter[str] = Counter()
+    for (_, cf), n in counts.items():
+        by_cf[cf] += n
+    return {cf: round(n / events, 1) for cf, n in sorted(by_cf.items())}
 
 
 def _keys_up(order: list[bytes], key: bytes, prefix: bytes) -> Iterator[bytes]:

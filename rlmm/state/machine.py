@@ -7,9 +7,10 @@ it back; ids left in an epoch whose metadata is gone make that epoch's listing f
 handler, as in Kafka's cache; what a transition does in each of the segment's leader epochs (Kafka's
 ``RemoteLogLeaderEpochState``, and the indexes derived from it) is the ``EpochIndex``'s (rlmm/state/epoch_index.py).
 
-Here are kept the partition rows, the segments' metadata and what depends on it alone: the partitions' sizes,
-segment counts and orphans (segments without metadata that epochs still track), the max-timestamp index. Every
-check happens before the first write, so a refused record changes nothing.
+Here are kept the partition rows, the segments' metadata (in the segments' rows, beside their memberships:
+rlmm/state/segment_rows.py) and what depends on it alone: the partitions' sizes, segment counts and orphans (segments
+without metadata that epochs still track), the max-timestamp index (rlmm/state/max_timestamp.py). Every check
+happens before the first write, so a refused record changes nothing.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from rlmm.records.model import (
     SegmentUpdate,
     TopicIdPartition,
 )
-from rlmm.records.serde import decode_value, encode_value
+from rlmm.records.serde import encode_value
 from rlmm.state import keys as K
+from rlmm.state import max_timestamp as MT
 from rlmm.state.epoch_index import EpochIndex
-from rlmm.state.kv import ReadKV, WriteKV
+from rlmm.state.kv import WriteKV
 from rlmm.state.maxtree import Page
 from rlmm.state.results import (
     APPLIED,
@@ -41,6 +43,7 @@ from rlmm.state.results import (
     handle_error,
 )
 from rlmm.state.rows import EpochRow, PartitionRow
+from rlmm.state.segment_rows import SegmentRows
 
 _S: Final = SegmentState
 # RemoteLogSegmentState.isValidTransition: source state (None = unknown segment) -> allowed targets
@@ -58,7 +61,7 @@ MARK_READY_ERROR: Final = "NullPointerException"  # Kafka's markInitialized on a
 class StateMachine:
     """Applies records to a ``WriteKV`` (normally a ``StagedKV`` committed once per batch).
 
-    A unit of work: partition rows, epoch rows, segments and consumed offsets are read once, kept as
+    A unit of work: partition rows, epoch rows, segments' rows and consumed offsets are read once, kept as
     objects while the batch runs, and written back by ``flush`` (each once, however often it
     changed). The indexes (offsets, unreferenced, txn, breaks, max timestamp, ...) are written
     to the KV as they change.
@@ -71,16 +74,16 @@ class StateMachine:
         epochs: dict[bytes, EpochRow] | None = None,
         tree_pages: dict[bytes, Page] | None = None,
         tree_tops: dict[bytes, tuple[int, int] | None] | None = None,
+        max_timestamp_tails: MT.Tails | None = None,
     ) -> None:
-        """``rows``, ``epochs``, ``tree_pages`` and ``tree_tops`` may be caches kept across batches by the only
-        writer of the KV."""
+        """``rows``, ``epochs``, ``tree_pages``, ``tree_tops`` and ``max_timestamp_tails`` may be caches kept across
+        batches by the only writer of the KV."""
         self.kv = kv
-        self._epochs = EpochIndex(kv, epochs, tree_pages, tree_tops)
+        self._segments = SegmentRows(kv)
+        self._epochs = EpochIndex(kv, self._segments, epochs, tree_pages, tree_tops)
+        self._max_timestamps = MT.MaxTimestampIndex(kv, max_timestamp_tails)
         self._rows = {} if rows is None else rows
         self._dirty_rows: set[TopicIdPartition] = set()
-        self._segments: dict[bytes, SegmentMetadata | None] = {}  # tpid|segment id -> metadata (None: absent)
-        self._dirty_segments: set[bytes] = set()
-        self._encoded: dict[bytes, tuple[SegmentMetadata, bytes]] = {}  # tpid|segment id -> latest encoding
         self._consumed: dict[int, int] = {}  # metadata partition -> greatest offset consumed in this batch
 
     def flush(self) -> None:
@@ -88,12 +91,7 @@ class StateMachine:
         kv = self.kv
         for tp in self._dirty_rows:
             kv.put(K.PARTITIONS, K.tp_identity(tp), self._rows[tp].pack())
-        for key in self._dirty_segments:
-            segment = self._segments[key]
-            if segment is None:
-                kv.delete(K.SEGMENTS, key)
-            else:
-                kv.put(K.SEGMENTS, key, self._encode(key[:4], segment))
+        self._segments.flush()
         self._epochs.flush()
         for mp, offset in self._consumed.items():
             key = K.u32(mp)
@@ -101,9 +99,6 @@ class StateMachine:
             if raw is None or K.read_offset(raw, 0) < offset:
                 kv.put(K.METADATA_OFFSETS, key, K.offset_bytes(offset))
         self._dirty_rows.clear()
-        self._segments.clear()
-        self._dirty_segments.clear()
-        self._encoded.clear()
         self._consumed.clear()
 
     # ---- partition registry -------------------------------------------------------------------
@@ -287,27 +282,17 @@ class StateMachine:
             self.kv.delete_prefix(cf, row.tpid)
         row.total_size = row.segment_count = row.orphans = 0
         self._epochs.forget(row.tpid)
-        for key in [k for k in self._segments if k.startswith(row.tpid)]:
-            del self._segments[key]
-        self._dirty_segments = {k for k in self._dirty_segments if not k.startswith(row.tpid)}
+        self._segments.forget(row.tpid)
+        self._max_timestamps.forget(row.tpid)
 
     # ---- segments ------------------------------------------------------------------------------
 
     def _encode(self, tpid: bytes, segment: SegmentMetadata) -> bytes:
         """The segment's topic value, encoded once per version of the segment."""
-        key = tpid + segment.segment_id
-        cached = self._encoded.get(key)
-        if cached is None or cached[0] is not segment:
-            cached = self._encoded[key] = (segment, encode_value(segment))
-        return cached[1]
+        return self._segments.encode(tpid + segment.segment_id, segment)
 
     def _segment(self, tpid: bytes, segment_id: bytes) -> SegmentMetadata | None:
-        key = tpid + segment_id
-        segments = self._segments
-        if key in segments:  # (not try/except KeyError: a compiled raise costs a traceback)
-            return segments[key]
-        segment = segments[key] = load_segment(self.kv, tpid, segment_id)
-        return segment
+        return self._segments.metadata(tpid + segment_id)
 
     def _put_segment(self, row: PartitionRow, old: SegmentMetadata | None, new: SegmentMetadata | None) -> None:
         """Replace a segment's metadata (None = absent) and keep every aggregate that depends on it."""
@@ -315,42 +300,28 @@ class StateMachine:
         some = old if old is not None else new
         assert some is not None
         segment_id = some.segment_id
-        self._segments[tpid + segment_id] = new
-        self._dirty_segments.add(tpid + segment_id)
+        self._segments.set_metadata(tpid + segment_id, new)
         old_size = None if old is None else old.segment_size_in_bytes
         new_size = None if new is None else new.segment_size_in_bytes
         row.total_size += (new_size or 0) - (old_size or 0)
         row.segment_count += (new is not None) - (old is not None)
-        old_ts_key = segment_max_timestamp_key(tpid, old)
-        new_ts_key = segment_max_timestamp_key(tpid, new)
-        if old_ts_key != new_ts_key:
-            if old_ts_key is not None:
-                self.kv.delete(K.MAX_TIMESTAMP, old_ts_key)
-            if new_ts_key is not None:
-                self.kv.put_new(K.MAX_TIMESTAMP, new_ts_key, b"")
+        old_entry = segment_max_timestamp_entry(old)
+        new_entry = segment_max_timestamp_entry(new)
+        if old_entry != new_entry:
+            if old_entry is not None:
+                self._max_timestamps.remove(tpid, old_entry)
+            if new_entry is not None:
+                self._max_timestamps.add(tpid, new_entry)
         if old_size == new_size:
             return
-        if old is None and not row.orphans:
-            self._epochs.untracked(tpid, segment_id)  # a segment without metadata is tracked only as an orphan
+        if old is None and not row.orphans:  # a segment without metadata is tracked only as an orphan
             return
         if self._epochs.resize(tpid, segment_id, old_size, new_size) and (old is None) != (new is None):
             row.orphans += 1 if new is None else -1
 
 
-def segment_max_timestamp_key(tpid: bytes, segment: SegmentMetadata | None) -> bytes | None:
-    """The segment's key in the max-timestamp index, which holds the COPY_SEGMENT_FINISHED segments."""
+def segment_max_timestamp_entry(segment: SegmentMetadata | None) -> bytes | None:
+    """The segment's entry in the max-timestamp index, which holds the COPY_SEGMENT_FINISHED segments."""
     if segment is None or segment.state is not _S.COPY_SEGMENT_FINISHED:
         return None
-    return K.max_timestamp_key(tpid, segment.max_timestamp_ms, segment.end_offset, segment.segment_id)
-
-
-def load_segment(kv: ReadKV, tpid: bytes, segment_id: bytes) -> SegmentMetadata | None:
-    raw = kv.get(K.SEGMENTS, tpid + segment_id)
-    return None if raw is None else decode_segment(raw)
-
-
-def decode_segment(value: bytes) -> SegmentMetadata:
-    """A segment's topic value as the view stores it."""
-    segment = decode_value(value)
-    assert isinstance(segment, SegmentMetadata)
-    return segment
+    return MT.entry(segment.max_timestamp_ms, segment.end_offset, segment.segment_id)

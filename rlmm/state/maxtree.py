@@ -8,19 +8,20 @@ at the one position of that sixteenth (with its values) or at the page where its
 the greatest of each value below). A page exists where positions branch (two slots used or more) and at
 the top, the lowest page covering every position; so the pages depend on the positions only, there are
 fewer pages than positions, and a path from the top is as long as the branchings on the way (about log16
-of the number of positions). Each slot is one KV entry, so that changing a slot writes a few bytes:
+of the number of positions). Each page is one KV entry (its used slots, at most 16 of 25 bytes), so that
+the positions a batch adds side by side, which share their pages, write a few rows:
 
 * ``insert`` and ``remove`` walk down from the top to the position and change a slot (making or dropping
   at most one page);
 * ``first`` reads the top page, goes into the first slot whose maxima reach both bounds, and so on down
-  to a position: one seek per page. When one bound is trivially met, or the second values grow with the
+  to a position: one point read per page. When one bound is trivially met, or the second values grow with the
   positions (segments whose offsets do not overlap), the slot it enters always holds an answer; a slot
   whose two maxima come from different positions may send it into a subtree without one, and it then goes
   on with the next slot, slower but never wrong.
 
 Pages are changed in memory (``TreePages``, which the state machine keeps across batches, linked to their
 parents), and ``flush`` brings the maxima of the changed pages and their ancestors up to date, once per
-batch however many positions came, and writes the changed slots.
+batch however many positions came, and writes the changed pages.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ BITS: Final = 4  # of the position per level
 SLOTS: Final = 1 << BITS
 _MASK: Final = SLOTS - 1
 _NODE: Final = struct.Struct(">BQ")  # level, node: a page's key after the tree's prefix; the top's value
+_USED: Final = struct.Struct(">H")  # a page's value: the bit set of its used slots, then each of them
 _SLOT: Final = struct.Struct(">qqBQ")  # first, second, child level (0: a position), child (position or node)
 _TOP_KEY: Final = b"\xff"
-_SLOT_BYTES: Final = [bytes([slot]) for slot in range(SLOTS)]
 
 
 class Slot:
@@ -52,8 +53,8 @@ class Slot:
 
 
 class Page:
-    """A page's slots. ``stored`` and ``dirty`` are bit sets of the slots the KV holds and of those changed
-    since the last flush."""
+    """A page's slots. ``stored``: whether the KV holds the page; ``dirty``: the bit set of the slots changed since
+    the last flush."""
 
     def __init__(self, key: bytes, level: int, node: int) -> None:
         self.key = key  # the tree's prefix, level and node: each slot's key is this and the slot
@@ -65,7 +66,7 @@ class Page:
         self.parent_slot = 0
         self.max_first = 0
         self.max_second = 0
-        self.stored = 0
+        self.stored = False
         self.dirty = 0
 
     def slot_of(self, position: int) -> int:
@@ -113,15 +114,31 @@ class Page:
 
 def _load(kv: ReadKV, cf: str, tree: bytes, level: int, node: int) -> Page:
     page = Page(tree + _NODE.pack(level, node), level, node)
-    skip = len(page.key)
-    for key, value in kv.iter_from(cf, page.key, page.key):
-        slot = key[skip]
-        first, second, child_level, child = _SLOT.unpack(value)
-        page.set(slot, first, second, child_level, child)
-        page.stored |= 1 << slot
+    raw = kv.get(cf, page.key)
+    if raw is not None:
+        used = _USED.unpack_from(raw)[0]
+        at = _USED.size
+        for slot in range(SLOTS):
+            if used >> slot & 1:
+                first, second, child_level, child = _SLOT.unpack_from(raw, at)
+                page.set(slot, first, second, child_level, child)
+                at += _SLOT.size
+        page.stored = True
     page.dirty = 0
     page.recompute_max()
     return page
+
+
+def _pack(page: Page) -> bytes:
+    used = 0
+    parts = [b""]
+    for slot in range(SLOTS):
+        held = page.slots[slot]
+        if held is not None:
+            used |= 1 << slot
+            parts.append(_SLOT.pack(held.first, held.second, held.child_level, held.child))
+    parts[0] = _USED.pack(used)
+    return b"".join(parts)
 
 
 class TreePages:
@@ -152,8 +169,8 @@ class TreePages:
         return page
 
     def new_page(self, tree: bytes, level: int, node: int) -> Page:
-        """A page that the tree's structure says does not exist (the KV may hold none of its slots but
-        those a cached copy still has to delete)."""
+        """A page that the tree's structure says does not exist (the KV holds it only if a cached copy, dropped
+        since the last flush, still has to be deleted)."""
         key = tree + _NODE.pack(level, node)
         page = self.cache.get(key)
         if page is None:
@@ -194,7 +211,7 @@ class TreePages:
 
     def flush(self) -> None:
         """Bring the maxima of the changed pages and of their ancestors up to date, lowest level first, and
-        write the changed slots."""
+        write the changed pages."""
         by_level: list[list[Page]] = [[] for _ in range(64 // BITS + 1)]
         for page in self._touched:
             by_level[page.level].append(page)
@@ -214,22 +231,17 @@ class TreePages:
                     by_level[parent.level].append(parent)
         kv, cf = self.kv, self.cf
         for page in self._touched:
-            dirty = page.dirty
-            while dirty:
-                bit = dirty & -dirty
-                dirty ^= bit
-                slot = bit.bit_length() - 1
-                held = page.slots[slot]
-                if held is not None:
-                    kv.put(
-                        cf,
-                        page.key + _SLOT_BYTES[slot],
-                        _SLOT.pack(held.first, held.second, held.child_level, held.child),
-                    )
-                    page.stored |= bit
-                elif page.stored & bit:
-                    kv.delete(cf, page.key + _SLOT_BYTES[slot])
-                    page.stored &= ~bit
+            if not page.dirty:
+                continue
+            if page.count:
+                if page.stored:
+                    kv.put(cf, page.key, _pack(page))
+                else:
+                    kv.put_new(cf, page.key, _pack(page))
+                    page.stored = True
+            elif page.stored:
+                kv.delete(cf, page.key)
+                page.stored = False
             page.dirty = 0
         for tree in self._dirty_tops:
             top = self.tops[tree]

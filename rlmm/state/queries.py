@@ -16,14 +16,14 @@ from rlmm.errors import KafkaStateError, RemoteResourceNotFound, ReplicaNotAvail
 from rlmm.records.model import SegmentMetadata, TopicIdPartition
 from rlmm.records.uuid import uuid_to_str
 from rlmm.state import keys as K
-from rlmm.state import timestamp_index
+from rlmm.state import max_timestamp, timestamp_index
 from rlmm.state.commit_clock import CommitClock
 from rlmm.state.epoch_index import ref_entry
-from rlmm.state.kv import Item, ReadKV, last, scan
+from rlmm.state.kv import Item, ReadKV, scan
 from rlmm.state.lookup_memo import LookupMemo, Name
-from rlmm.state.machine import decode_segment, load_segment
 from rlmm.state.offset_cache import OffsetCache
-from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, ref_epoch_end, ref_value
+from rlmm.state.rows import EpochRow, PartitionRow, RefEntry, ref_epoch_end, ref_value, segment_row_value
+from rlmm.state.segment_rows import decode_segment, load_segment
 
 T = TypeVar("T")
 ROWS_KEPT = 100_000  # partition rows kept parsed
@@ -199,8 +199,10 @@ class Queries:
 
     def list_remote_log_segments(self, tp: TopicIdPartition) -> Iterator[SegmentMetadata]:
         """Every segment not yet DELETE_SEGMENT_FINISHED, in segment-id order (Kafka: hash order). The partition
-        is checked where the scan starts, whose iterator then reads that state, however long it is read."""
-        return (decode_segment(raw) for _, raw in self._clock.read(self._segment_items, tp))
+        is checked where the scan starts, whose iterator then reads that state, however long it is read. (The rows of
+        ids that epochs track without metadata are passed over.)"""
+        items = self._clock.read(self._segment_items, tp)
+        return (decode_segment(value) for value in map(segment_row_value, (raw for _, raw in items)) if value)
 
     def _segment_items(self, tp: TopicIdPartition) -> Iterator[Item]:
         items = scan(self.kv, K.SEGMENTS, self._ready_tpid(tp))
@@ -319,8 +321,8 @@ class Queries:
 
     def _max_timestamp(self, tp: TopicIdPartition) -> SegmentMetadata | None:
         tpid = self._ready_tpid(tp)
-        item = last(self.kv, K.MAX_TIMESTAMP, tpid)
-        return None if item is None else load_segment(self.kv, tpid, item[0][-16:])
+        segment_id = max_timestamp.last_segment_id(self.kv, tpid)
+        return None if segment_id is None else load_segment(self.kv, tpid, segment_id)
 
 
 def _within(floor: tuple[bytes, bytes | None], offset: int) -> tuple[bytes, RefEntry] | None:

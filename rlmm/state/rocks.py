@@ -158,19 +158,45 @@ class RocksKV:
         # reused iterator never shows a state older than the store's
         self._iterators: dict[tuple[int, str], tuple[int, object]] = {}
         self._changes = 0
+        self._legacy: list[str] = []  # column families of older schema versions, opened to upgrade the view
         self._open()
 
     def _open(self) -> None:
+        column_families = self._cf_options
         if self._read_only:
-            self._check_column_families()
+            self._check_column_families()  # (a read-only instance may leave column families unopened)
+        else:
+            self._legacy = self._legacy_present()
+            column_families = {**column_families, **{cf: self._cf_options[K.META] for cf in self._legacy}}
         try:
             self.db: Any = Rdict(
-                self._path, options=self._options, column_families=self._cf_options, access_type=self._access
+                self._path, options=self._options, column_families=column_families, access_type=self._access
             )  # None once closed for a reopen
         except Exception as exc:
             raise self._failed(exc) from None
         self.cfs = {cf: self.db.get_column_family(cf) for cf in K.COLUMN_FAMILIES}
         self.handles = {cf: self.db.get_column_family_handle(cf) for cf in K.COLUMN_FAMILIES}
+
+    def _legacy_present(self) -> list[str]:
+        """The column families of older schema versions that the database holds (RocksDB opens a database for writing
+        only with all of its column families)."""
+        if not (Path(self._path) / "CURRENT").is_file():
+            return []
+        try:
+            present = set(Rdict.list_cf(self._path))
+        except Exception as exc:
+            raise self._failed(exc) from None
+        return [cf for cf in K.LEGACY_COLUMN_FAMILIES if cf in present]
+
+    def drop_legacy_column_families(self) -> None:
+        """Drop the column families of older schema versions that the database held when opened (an upgraded view no
+        longer has a use for them)."""
+        while self._legacy:
+            try:
+                self.db.drop_column_family(self._legacy[-1])
+            except Exception as exc:
+                raise self._failed(exc) from None
+            self._legacy.pop()
 
     def _check_column_families(self) -> None:
         """A read-only open cannot create the column families a newer rlmm added: say so instead of failing."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Final
 
 _PARTITION_ROW: Final = struct.Struct(">4sBqqqq")
-_EPOCH_ROW: Final = struct.Struct(">qqqqqIII")
+_EPOCH_ROW: Final = struct.Struct(">qqqqqIII?")
 _REF_ENTRY: Final = struct.Struct(">16sqq?iq")
 _NONE: Final = -(1 << 63)  # stands for "absent" in optional int64 fields (Kafka never stores Long.MIN_VALUE here)
 
@@ -101,6 +101,7 @@ class EpochRow:
     members: int = 0
     dangling: int = 0
     unreferenced: int = 0  # size of the unreferenced set
+    last_txn: bool = False  # whether the segment at last_key has a transaction index
 
     def __init__(
         self,
@@ -112,6 +113,7 @@ class EpochRow:
         members: int = 0,
         dangling: int = 0,
         unreferenced: int = 0,
+        last_txn: bool = False,
     ) -> None:
         self.highest_offset = highest_offset
         self.first_key = first_key
@@ -121,6 +123,7 @@ class EpochRow:
         self.members = members
         self.dangling = dangling
         self.unreferenced = unreferenced
+        self.last_txn = last_txn
 
     def pack(self) -> bytes:
         return _EPOCH_ROW.pack(
@@ -132,12 +135,20 @@ class EpochRow:
             self.members,
             self.dangling,
             self.unreferenced,
+            self.last_txn,
         )
 
     @classmethod
     def unpack(cls, data: bytes) -> EpochRow:
-        highest, first, last, last_end, size, members, dangling, unreferenced = _EPOCH_ROW.unpack(data)
-        return cls(_unopt(highest), _unopt(first), _unopt(last), last_end, size, members, dangling, unreferenced)
+        highest, first, last, last_end, size, members, dangling, unreferenced, last_txn = _EPOCH_ROW.unpack(data)
+        return cls(
+            _unopt(highest), _unopt(first), _unopt(last), last_end, size, members, dangling, unreferenced, last_txn
+        )
+
+
+def epoch_row_highest_offset(data: bytes) -> int | None:
+    """``highest_offset`` of a packed EpochRow of any schema version (its first field in each)."""
+    return _unopt(struct.unpack_from(">q", data)[0])
 
 
 @dataclass(slots=True, init=False, unsafe_hash=True)
@@ -200,15 +211,38 @@ def ref_value(data: bytes) -> bytes:
 
 
 _MEMBERSHIP: Final = struct.Struct(">iB")
+_MEMBERSHIP_COUNT: Final = struct.Struct(">I")
+_ONE_MEMBERSHIP: Final = struct.Struct(">IiB")
 
 
-def pack_memberships(members: dict[int, int]) -> bytes:
-    """A segment's memberships: (epoch, flags) pairs, flags 1 = referenced, 2 = unreferenced."""
+def pack_segment_row(members: dict[int, int], value: bytes) -> bytes:
+    """A segment's row: its memberships, (epoch, flags) pairs after their count (flags 1 = referenced, 2 =
+    unreferenced), then its topic value (empty: an id that epochs track without metadata)."""
     if len(members) == 1:  # most segments lie in one epoch
         for epoch, flags in members.items():
-            return _MEMBERSHIP.pack(epoch, flags)
-    return b"".join(_MEMBERSHIP.pack(epoch, flags) for epoch, flags in sorted(members.items()))
+            return _ONE_MEMBERSHIP.pack(1, epoch, flags) + value
+    return (
+        _MEMBERSHIP_COUNT.pack(len(members))
+        + b"".join(_MEMBERSHIP.pack(epoch, flags) for epoch, flags in sorted(members.items()))
+        + value
+    )
 
 
-def unpack_memberships(data: bytes | None) -> dict[int, int]:
-    return {} if data is None else dict(_MEMBERSHIP.iter_unpack(data))
+def unpack_memberships(data: bytes) -> dict[int, int]:
+    """The memberships of a packed segment row."""
+    count = _MEMBERSHIP_COUNT.unpack_from(data)[0]
+    if count == 1:
+        _, epoch, flags = _ONE_MEMBERSHIP.unpack_from(data)
+        return {epoch: flags}
+    return {
+        epoch: flags for epoch, flags in _MEMBERSHIP.iter_unpack(data[_MEMBERSHIP_COUNT.size : _value_start(count)])
+    }
+
+
+def segment_row_value(data: bytes) -> bytes:
+    """The topic value of a packed segment row (empty: the segment has no metadata)."""
+    return data[_value_start(_MEMBERSHIP_COUNT.unpack_from(data)[0]) :]
+
+
+def _value_start(count: int) -> int:
+    return _MEMBERSHIP_COUNT.size + count * _MEMBERSHIP.size

@@ -19,16 +19,17 @@ from pathlib import Path
 from typing import Final
 
 from rlmm.errors import DecodeError, ViewDamaged, ViewNotEmpty, ViewNotFound, ViewSchemaMismatch
-from rlmm.records.model import TopicIdPartition
+from rlmm.records.model import PartitionDelete, RemoteLogMetadata, SegmentMetadata, SegmentUpdate, TopicIdPartition
 from rlmm.state import keys as K
 from rlmm.state.apply_times import ApplyTimes
 from rlmm.state.cache import CachedReadKV
 from rlmm.state.classify import classify
 from rlmm.state.commit_clock import CommitClock
 from rlmm.state.export import write_view_rows
-from rlmm.state.kv import ReadKV, StagedKV, scan
+from rlmm.state.kv import BATCH_ROWS, CountingStagedKV, ReadKV, RowCounts, StagedKV, scan
 from rlmm.state.lookup_memo import LookupMemo
 from rlmm.state.machine import StateMachine
+from rlmm.state.max_timestamp import Tails
 from rlmm.state.maxtree import Page
 from rlmm.state.maxtree import release as release_tree_pages
 from rlmm.state.offset_cache import OffsetCache
@@ -37,13 +38,14 @@ from rlmm.state.queries import Queries
 from rlmm.state.results import ApplyResult
 from rlmm.state.rocks import BLOCK_CACHE_MB, ROW_CACHE_MB, WRITE_BUFFER_MB, RocksKV, write_sst
 from rlmm.state.rows import EpochRow, PartitionRow
-from rlmm.state.upgrade import STEPS as UPGRADE_STEPS
+from rlmm.state.upgrade import UPGRADABLE, UPGRADE_FROM_KEY, UPGRADED_KEY, upgrade_partition
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 EPOCH_CACHE_LIMIT: Final = 100_000
 TREE_CACHE_LIMIT: Final = 4_096  # timestamp-tree pages (up to ~2.5 KB each in memory) and tops
+TAILS_CACHE_LIMIT: Final = 10_000  # partitions' last max-timestamp buckets (~0.5 KB each on average)
 OFFSET_CACHE_LIMIT: Final = 4_000_000  # what lookups hold in memory, in start offsets (8 bytes): 32 MB
 OFFSET_ENTRY_CACHE_BYTES: Final = 4 << 20  # the offset-index entries single lookups read: ~10,000 segments
 LOOKUP_MEMO_BYTES: Final = 16 << 20  # the segments single lookups found: ~28,000 of ~200 bytes
@@ -54,15 +56,42 @@ COUNTER_PREFIX: Final = b"count:"  # meta keys counting records by result
 class Batch:
     """Operations staged together and committed atomically by ``View.batch``."""
 
-    def __init__(self, stage: StagedKV, machine: StateMachine) -> None:
+    def __init__(self, stage: StagedKV, machine: StateMachine, row_counts: RowCounts | None = None) -> None:
+        """``row_counts``: counts the rows of the batch by the kind of event that last changed them (``stage`` is then
+        a ``CountingStagedKV``, and each event's changes are flushed to it as the event is applied)."""
         self.stage = stage
         self.machine = machine
         self.counts: Counter[str] = Counter()
+        self.row_counts = row_counts
 
     def apply(self, metadata_partition: int, offset: int, value: bytes | None) -> ApplyResult:
         """Decode, route and apply one consumed record; undecodable ones go to the quarantine."""
         self.machine.record_consumed(metadata_partition, offset)
         decoded = classify(value)
+        if self.row_counts is not None:
+            return self._apply_counting(metadata_partition, offset, value, decoded, self.row_counts)
+        return self._apply(metadata_partition, offset, value, decoded)
+
+    def _apply_counting(
+        self,
+        metadata_partition: int,
+        offset: int,
+        value: bytes | None,
+        decoded: RemoteLogMetadata | DecodeError,
+        row_counts: RowCounts,
+    ) -> ApplyResult:
+        stage = self.stage
+        assert isinstance(stage, CountingStagedKV)
+        stage.kind = event_kind(decoded)
+        row_counts.events[stage.kind] += 1
+        result = self._apply(metadata_partition, offset, value, decoded)
+        self.machine.flush()  # the rows this event changed, noted as its own
+        stage.kind = BATCH_ROWS
+        return result
+
+    def _apply(
+        self, metadata_partition: int, offset: int, value: bytes | None, decoded: RemoteLogMetadata | DecodeError
+    ) -> ApplyResult:
         if not isinstance(decoded, DecodeError):
             result = self.machine.handle(decoded, offset)
             self.counts[result.counter] += 1
@@ -105,12 +134,14 @@ class View:
         read_only: bool = False,
         secondary: Path | None = None,
         on_commit: Callable[[], None] | None = None,
+        count_rows: bool = False,
     ) -> None:
         """``read_only`` opens an existing view beside the process that writes it (operations tools);
         ``secondary`` likewise, as a RocksDB secondary instance keeping its own files in that directory, which
         ``catch_up`` brings up to date with the writer; ``on_commit`` is called after each batch that wrote
         something, before ``batch`` returns; ``row_cache_mb`` caches the offset index entries that batch
-        lookups read."""
+        lookups read; ``count_rows`` counts the rows each batch writes in ``row_counts`` (each event's changes are then
+        flushed to its batch as it is applied, which costs time)."""
         self.path = Path(path)
         read_only = read_only or secondary is not None
         if read_only and not (self.path / "CURRENT").is_file():
@@ -126,12 +157,14 @@ class View:
             secondary=secondary,
         )
         self._on_commit = on_commit
+        self.row_counts = RowCounts() if count_rows else None
         self._write_lock = threading.Lock()
         # partition and epoch rows, kept across batches: this view is their only writer
         self._row_cache: dict[TopicIdPartition, PartitionRow] = {}
         self._epoch_cache: dict[bytes, EpochRow] = {}
         self._tree_pages: dict[bytes, Page] = {}  # the timestamp trees' pages and tops, likewise
         self._tree_tops: dict[bytes, tuple[int, int] | None] = {}
+        self._max_timestamp_tails: Tails = {}
         self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS), self._kv.changes)
         self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT, OFFSET_ENTRY_CACHE_BYTES)
         self._lookup_memo = LookupMemo(self._offset_cache, LOOKUP_MEMO_BYTES)
@@ -153,8 +186,24 @@ class View:
             return
         version = K.read_u32(raw)
         if version == SCHEMA_VERSION:
+            interrupted = self._kv.get(K.META, UPGRADE_FROM_KEY)
+            if interrupted is None:
+                if not read_only:
+                    self._kv.drop_legacy_column_families()  # left by an upgrade killed as it ended
+                return
+            if read_only:
+                raise ViewSchemaMismatch(
+                    f"the upgrade of the view at {self.path} from schema version {K.read_u32(interrupted)} to "
+                    f"{SCHEMA_VERSION} was interrupted: open it once for writing (rlmm consume or serve) to finish it"
+                )
+            self._upgrade(K.read_u32(interrupted))
             return
-        if version in UPGRADE_STEPS and not read_only:
+        if version in UPGRADABLE:
+            if read_only:
+                raise ViewSchemaMismatch(
+                    f"the view at {self.path} has schema version {version}, written by an older rlmm: open it once "
+                    f"for writing (rlmm consume or serve) to upgrade it to {SCHEMA_VERSION}"
+                )
             self._upgrade(version)
             return
         raise ViewSchemaMismatch(
@@ -163,22 +212,29 @@ class View:
         )
 
     def _upgrade(self, version: int) -> None:
-        tps = [K.tp_from_identity(key) for key, _ in scan(self._kv, K.PARTITIONS, b"")]
-        while version < SCHEMA_VERSION:
-            log.warning(
-                "upgrading the view at %s from schema version %d to %d (%d partitions)",
-                self.path,
-                version,
-                version + 1,
-                len(tps),
-            )
-            step = UPGRADE_STEPS[version]
-            for tp in tps:
-                with self.batch() as batch:
-                    step(batch.stage, tp)
-            version += 1
+        """Write every partition again in this version's layout (``rlmm.state.upgrade``), going on after the last
+        partition an interrupted upgrade wrote."""
+        with self.batch() as batch:
+            batch.stage.put(K.META, K.SCHEMA_VERSION_KEY, K.u32(SCHEMA_VERSION))
+            batch.stage.put(K.META, UPGRADE_FROM_KEY, K.u32(version))
+        done = self._kv.get(K.META, UPGRADED_KEY)
+        tps = [K.tp_from_identity(key) for key, _ in scan(self._kv, K.PARTITIONS, b"") if done is None or key > done]
+        log.warning(
+            "upgrading the view at %s from schema version %d to %d (%d partitions%s)",
+            self.path,
+            version,
+            SCHEMA_VERSION,
+            len(tps),
+            "" if done is None else ", going on after an interrupted upgrade",
+        )
+        for tp in tps:
             with self.batch() as batch:
-                batch.stage.put(K.META, K.SCHEMA_VERSION_KEY, K.u32(version))
+                upgrade_partition(batch.stage, tp)
+                batch.stage.put(K.META, UPGRADED_KEY, K.tp_identity(tp))
+        with self.batch() as batch:
+            batch.stage.delete(K.META, UPGRADE_FROM_KEY)
+            batch.stage.delete(K.META, UPGRADED_KEY)
+        self._kv.drop_legacy_column_families()
 
     def close(self) -> None:
         self._kv.close()
@@ -230,9 +286,18 @@ class View:
         """Stage operations; on normal exit they are committed as one atomic write."""
         with self._write_lock:
             self._times.start()
-            stage = StagedKV(self._kv)
+            stage = StagedKV(self._kv) if self.row_counts is None else CountingStagedKV(self._kv)
             batch = Batch(
-                stage, StateMachine(stage, self._row_cache, self._epoch_cache, self._tree_pages, self._tree_tops)
+                stage,
+                StateMachine(
+                    stage,
+                    self._row_cache,
+                    self._epoch_cache,
+                    self._tree_pages,
+                    self._tree_tops,
+                    self._max_timestamp_tails,
+                ),
+                self.row_counts,
             )
             try:
                 yield batch
@@ -246,12 +311,17 @@ class View:
                 self._drop_caches()  # cached rows may hold changes that are not committed
                 raise
             self._times.lap("flush")
+            if self.row_counts is not None:
+                assert isinstance(batch.stage, CountingStagedKV)
+                self.row_counts.add(batch.stage)
             self._publish(batch.stage)
             if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
                 self._epoch_cache.clear()
             if len(self._tree_pages) + len(self._tree_tops) > TREE_CACHE_LIMIT:
                 release_tree_pages(self._tree_pages)
                 self._tree_tops.clear()
+            if len(self._max_timestamp_tails) > TAILS_CACHE_LIMIT:
+                self._max_timestamp_tails.clear()
 
     def _publish(self, stage: StagedKV) -> None:
         """Write a stage atomically and bring the caches in front of the store up to date with it (the lookup caches
@@ -342,6 +412,7 @@ class View:
         self._epoch_cache.clear()
         release_tree_pages(self._tree_pages)
         self._tree_tops.clear()
+        self._max_timestamp_tails.clear()
         self._read_cache.clear()
         self._offset_cache.clear()
         self._lookup_memo.clear()
@@ -389,6 +460,13 @@ class View:
         for key, raw in scan(self._kv, K.PARTITIONS, b""):
             row = PartitionRow.unpack(raw)
             yield K.tp_from_identity(key), row.assigned, row.ready
+
+
+def event_kind(decoded: RemoteLogMetadata | DecodeError) -> str:
+    """What ``RowCounts`` counts an event as: its record's target state, or why it has none."""
+    if isinstance(decoded, (SegmentMetadata, SegmentUpdate, PartitionDelete)):
+        return decoded.state.name
+    return "undecodable" if isinstance(decoded, DecodeError) else "snapshot"
 
 
 def _counter_key(name: str) -> bytes:
