@@ -1,5 +1,5 @@
-"""Fixtures of the broker tests: one broker for the session (see ``tests/kafka_broker.py``), a fresh
-metadata topic per test."""
+"""Fixtures of the broker tests: one broker for the session (see ``tests/kafka_broker.py``, one per pytest-xdist
+worker), a fresh metadata topic per test; and the order in which the workers take the modules."""
 
 from __future__ import annotations
 
