@@ -437,3 +437,15 @@ def test_a_view_in_use_is_said_in_one_line_as_with_one_worker(tmp_path, runtime:
     assert done.returncode == 1, stderr
     one_error_line(stderr, f"the view {tmp_path / 'held'} is in use by another process", "stop it")
     assert "LOCK" not in stderr.strip().splitlines()[-1]
+
+
+def test_a_temporary_folder_too_deep_for_the_socket_is_said_in_one_line(tmp_path) -> None:
+    """The primary's unix socket lives in the runtime folder under TMPDIR: a TMPDIR too deep for a socket path
+    (107 bytes) is refused in one line that says what to do, before any worker starts."""
+    deep = tmp_path.joinpath(*["d" * 40] * 3)
+    deep.mkdir(parents=True)
+    View(tmp_path / "view").close()
+    done = _serve_without_kafka(tmp_path / "view", deep)
+    _, stderr = done.communicate(timeout=WAIT_S)
+    assert done.returncode == 1, stderr
+    one_error_line(stderr, "is too deep: the primary's socket in it would have a path of", "set TMPDIR to a shorter")

@@ -39,6 +39,7 @@ QUICK_DEATH_S = 10.0  # a worker dying sooner after its start is restarted after
 BACKOFF_S = (0.5, 30.0)
 STOP_MARGIN_S = 60.0  # beyond grace_s, for the consumer to stop and the view to be flushed
 RUNTIME_PREFIX = "rlmm-serve-"
+MAX_SOCKET_PATH = 107  # bytes of a unix socket's path (sun_path, 108 with its NUL)
 
 
 @dataclass(slots=True)
@@ -66,6 +67,12 @@ def _runtime_folder() -> Path:
     """The supervisor's private runtime folder (0700), ``rlmm-serve-PID`` in the temp folder, made after removing
     those of supervisors that no longer run (killed, they could not remove theirs)."""
     root = pid_folder(Path(tempfile.gettempdir()), RUNTIME_PREFIX)
+    socket_path = len(os.fsencode(RuntimeDir(root).primary_socket))
+    if socket_path > MAX_SOCKET_PATH:
+        raise ServeError(
+            f"the workers' runtime folder {root} is too deep: the primary's socket in it would have a path of "
+            f"{socket_path} bytes, over the {MAX_SOCKET_PATH} a unix socket allows; set TMPDIR to a shorter folder"
+        )
     shutil.rmtree(root, ignore_errors=True)  # an earlier process's of this PID (a container started again)
     try:
         root.mkdir(mode=0o700)
