@@ -43,10 +43,10 @@ def remove_compiled(compiled) -> None:
 
 
 class BuildExtRecordingSources(build_ext):
-    """Records the digests of the compiled sources once their modules are built: a failed build leaves no
-    record, so the modules of an earlier build are not taken for current (rlmm/compiled.py)."""
+    """Records the compiled sources (``rlmm.compiled.source_record``) once their modules are built: a failed build
+    leaves no record, so the modules of an earlier build are not taken for current (rlmm/compiled.py)."""
 
-    digests: dict[str, str] = {}
+    digests: dict[str, dict[str, object]] = {}
 
     def run(self) -> None:
         super().run()
@@ -72,7 +72,7 @@ def ext_modules() -> list:
     from mypyc.build import mypycify
 
     names = compiled.COMPILED_MODULES
-    BuildExtRecordingSources.digests = {name: compiled.source_digest(name) for name in names}
+    BuildExtRecordingSources.digests = {name: compiled.source_record(name) for name in names}
     return mypycify(
         [str(compiled.source_path(name).relative_to(HERE.resolve())) for name in names],
         opt_level="3",

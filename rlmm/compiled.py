@@ -1,16 +1,15 @@
 """Which build of the core runs: compiled by mypyc when rlmm was installed, or interpreted.
 
 ``setup.py`` compiles ``COMPILED_MODULES`` into extension modules next to their sources and records
-the digest of each source it compiled. Python imports an extension before a source, so in a source
-checkout (an editable install) a module edited after the build would run its stale compiled self.
-There, when any source differs from the one compiled, and whenever ``RLMM_INTERPRETED=1``, every
-compiled module is imported from its source instead: they call each other directly, so they are only
+each source it compiled: its digest, size and modification time. Python imports an extension before a
+source, so in a source checkout (an editable install) a module edited after the build would run its stale
+compiled self. There, when any source differs from the one compiled, and whenever ``RLMM_INTERPRETED=1``,
+every compiled module is imported from its source instead: they call each other directly, so they are only
 ever used all together.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -51,7 +50,15 @@ def source_path(name: str) -> Path:
 
 
 def source_digest(name: str) -> str:
+    import hashlib  # only for a source whose stamp changed: hashlib loads OpenSSL's libcrypto, ~3.5 MB of memory
+
     return hashlib.sha256(source_path(name).read_bytes()).hexdigest()
+
+
+def source_record(name: str) -> dict[str, object]:
+    """What setup.py records of a source it compiles."""
+    stat = source_path(name).stat()
+    return {"sha256": source_digest(name), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
 def stale_modules() -> list[str]:
@@ -63,7 +70,18 @@ def stale_modules() -> list[str]:
     if not compiled:
         return []
     record = json.loads(SOURCES_RECORD.read_text()) if SOURCES_RECORD.exists() else {}
-    return [name for name in compiled if record.get(name) != source_digest(name)]
+    return [name for name in compiled if not _unchanged(name, record.get(name))]
+
+
+def _unchanged(name: str, recorded: object) -> bool:
+    """Whether a source is the one compiled: the same size and modification time, as CPython trusts a cached
+    bytecode file, or else the same digest (a source touched, not changed)."""
+    if not isinstance(recorded, dict):
+        return False
+    stat = source_path(name).stat()
+    if (recorded.get("size"), recorded.get("mtime_ns")) == (stat.st_size, stat.st_mtime_ns):
+        return True
+    return recorded.get("sha256") == source_digest(name)
 
 
 def _has_extension(name: str) -> bool:
@@ -82,6 +100,9 @@ def choose_build() -> None:
     """Import the core from its sources when asked to or when its compiled modules are stale."""
     if any(name in sys.modules for name in COMPILED_MODULES):
         return
+    if os.environ.get(INTERPRETED_ENV) == "1":
+        sys.meta_path.insert(0, _FromSource())
+        return
     stale = stale_modules()
     if stale:
         warnings.warn(
@@ -89,7 +110,6 @@ def choose_build() -> None:
             f"(reinstall rlmm, e.g. pip install -e ., to compile it again)",
             stacklevel=2,
         )
-    if stale or os.environ.get(INTERPRETED_ENV) == "1":
         sys.meta_path.insert(0, _FromSource())
 
 

@@ -27,7 +27,7 @@ from pydantic_settings import (
 from consumers.config import COMMON_CLIENT_PREFIX, RlmmConfig
 from consumers.service import parse_partition
 from rlmm.records.model import TopicIdPartition
-from rlmm.state.rocks import BLOCK_CACHE_MB, ROW_CACHE_MB
+from rlmm.state.rocks import BLOCK_CACHE_MB, ROW_CACHE_MB, WRITE_BUFFER_MB
 
 BOOTSTRAP_PROPERTY = COMMON_CLIENT_PREFIX + "bootstrap.servers"
 
@@ -102,6 +102,11 @@ class Settings(BaseSettings):
     grace_s: float = Field(30.0, ge=0, description="On SIGTERM, how long in-flight calls may take to finish.")
     sync: bool = Field(False, description="fsync each view write batch.")
     cache_mb: int = Field(BLOCK_CACHE_MB, ge=1, description="RocksDB block cache of the view, MB.")
+    write_buffer_mb: int = Field(
+        WRITE_BUFFER_MB,
+        ge=1,
+        description="RocksDB memtables of the view, MB in all: rows written and not yet in table files.",
+    )
     row_cache_mb: int = Field(
         ROW_CACHE_MB,
         ge=0,

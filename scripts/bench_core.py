@@ -2,6 +2,7 @@
 against Kafka's scan, memory, disk.
 
     python scripts/bench_core.py [--events 1000000] [--stream cluster|uploads] [--json] [--smoke] [--callgrind [N]]
+                                 [--cache-mb MB] [--write-buffer-mb MB]
 
 The stream is generated first into a file; a separate process streams it and measures, so its peak RSS
 is the view's, not the generator's. The apply rate times the view's batches (decode, apply, commit), not
@@ -24,6 +25,9 @@ thread's read calls per event and per query too.
 
 Memory should not grow with the view's history: the report gives RSS growth over the apply's second half (per
 million events) and what RocksDB holds after the apply; a longer stream (``--events 4000000``) shows it better.
+
+``--cache-mb`` and ``--write-buffer-mb`` set the view's block cache and memtable budget (``View``; by default the
+view's own), to measure what each costs and saves.
 
 ``--smoke``: 20,000 events, txn chains of up to 100 segments, by-timestamp epochs of up to 1,000 segments: a few
 seconds, to show that the benchmark runs.
@@ -49,6 +53,7 @@ seconds, to show that the benchmark runs.
 * ``rss_growth_mb_per_million_events``: over the apply's second half;
 * ``rocksdb_mb_after_apply``: RocksDB's block cache, memtables and table readers;
 * ``disk_mb``: the view's files;
+* ``cache_mb``, ``write_buffer_mb``: the view's block cache and memtable budget;
 * ``of_kafka``: the ``uploads`` stream's measures as ratios of Kafka's (``KAFKA_UPLOADS``); null for ``cluster``.
 * ``instructions``: with ``--callgrind``, the applying thread's instructions and read calls per event, and per
   call of each query (valgrind's callgrind); null without.
@@ -76,17 +81,14 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psutil
-from rich.console import Console
-from rich.table import Table
-
 from rlmm.compiled import core_build
 from rlmm.errors import DecodeError
 from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, TopicIdPartition
 from rlmm.records.partitioner import metadata_partition
 from rlmm.records.serde import decode_value, encode_value
-from rlmm.runtime import tune_gc
+from rlmm.runtime import tune_process
 from rlmm.state import keys as K
+from rlmm.state.rocks import BLOCK_CACHE_MB, WRITE_BUFFER_MB
 from rlmm.state.rows import segment_row_value
 from rlmm.state.view import View
 from rlmm.workload import Workload, WorkloadConfig
@@ -194,18 +196,24 @@ def read_events(path: Path) -> Iterator[tuple[int, int, bytes | None]]:
             data = f.read(FRAME.size)
 
 
+def process_status_mb(field: str) -> float:
+    """A memory field of this process's /proc/self/status, in MB. The measuring process imports no more than the
+    fold needs (not psutil, nor rich, which only the report uses): what it loads counts in its peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
 def process_rss_mb() -> float:
-    return psutil.Process().memory_info().rss / 2**20
+    return process_status_mb("VmRSS")
 
 
 def peak_rss_of_this_process_mb() -> float:
     """The high-water mark of this process's own memory (VmHWM). Not ``getrusage``'s ``ru_maxrss``: Linux keeps
     that across ``exec``, so a child process reports the peak of the parent it was forked from (here the
     workload generator's)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    return round(process_status_mb("VmHWM"), 1)
 
 
 def sample(items: Iterator, k: int, rng: random.Random) -> list:
@@ -345,8 +353,8 @@ def read_partitions(events_path: Path) -> list[TopicIdPartition]:
     ]
 
 
-def measure(events_path: Path, view_dir: Path, sizes: dict) -> dict:
-    tune_gc()  # as every rlmm command does
+def measure(events_path: Path, view_dir: Path, sizes: dict, memory: dict[str, int]) -> dict:
+    tune_process()  # as every rlmm command does
     decoded, decode_seconds = 0, 0.0
     stream = read_events(events_path)
     while decoded < DECODE_SAMPLE:
@@ -367,7 +375,7 @@ def measure(events_path: Path, view_dir: Path, sizes: dict) -> dict:
     partitions = read_partitions(events_path)
     applied = 0
     rss_before_view = round(process_rss_mb(), 1)
-    with View(view_dir) as view:
+    with View(view_dir, **memory) as view:
         with view.batch() as batch:
             for tp in partitions:
                 batch.assign(tp)
@@ -449,7 +457,7 @@ def thread_read_calls(io: int) -> int:
 
 def count_rows(events_path: Path, view_dir: Path) -> dict:
     """The rows the view's batches write for the stream, applied as ``measure`` applies it (``rows_per_event``)."""
-    tune_gc()
+    tune_process()
     with View(view_dir, count_rows=True) as view:
         with view.batch() as batch:
             for tp in read_partitions(events_path):
@@ -460,10 +468,10 @@ def count_rows(events_path: Path, view_dir: Path) -> dict:
         return view.row_counts.per_event()
 
 
-def build_view(events_path: Path, view_dir: Path, stop: int) -> None:
+def build_view(events_path: Path, view_dir: Path, stop: int, memory: dict[str, int]) -> None:
     """The view of the stream's first ``stop`` events, flushed (``instructions`` counts the others)."""
-    tune_gc()
-    with View(view_dir) as view:
+    tune_process()
+    with View(view_dir, **memory) as view:
         with view.batch() as batch:
             for tp in read_partitions(events_path):
                 batch.assign(tp)
@@ -472,12 +480,14 @@ def build_view(events_path: Path, view_dir: Path, stop: int) -> None:
         view.flush()
 
 
-def count_phases(events_path: Path, view_dir: Path, start: int, counted: int, phases_path: Path) -> None:
+def count_phases(
+    events_path: Path, view_dir: Path, start: int, counted: int, phases_path: Path, memory: dict[str, int]
+) -> None:
     """Run under callgrind, which dumps its counts at each call of getppid (``instructions``): the stream's events
     from ``start`` on applied onto the view of those before, the last ``counted`` of them counted (the others fill
     the caches), then each query of ``CALLGRIND_QUERIES`` targets, once uncounted and once counted. Writes each
     phase's name, calls and read system calls, in the order of the dumps."""
-    tune_gc()
+    tune_process()
     io = os.open("/proc/thread-self/io", os.O_RDONLY)
     phases: list[tuple[str, int, int]] = []
     reads = 0
@@ -489,7 +499,7 @@ def count_phases(events_path: Path, view_dir: Path, start: int, counted: int, ph
         reads = thread_read_calls(io)
 
     tail = list(itertools.islice(read_events(events_path), start, None))
-    with View(view_dir) as view:
+    with View(view_dir, **memory) as view:
         phase_ends("open", 0)
         apply_events(view, iter(tail[:-counted]))
         phase_ends("warm apply", 0)
@@ -507,7 +517,7 @@ def count_phases(events_path: Path, view_dir: Path, start: int, counted: int, ph
     phases_path.write_text(json.dumps(phases))
 
 
-def instructions(events_path: Path, tmp: Path, events: int, counted: int) -> dict:
+def instructions(events_path: Path, tmp: Path, events: int, counted: int, memory_args: list[str]) -> dict:
     """Instructions (and read system calls) of the applying thread per event for the stream's last ``counted``
     events, applied after as many others (uncounted) onto the view of the rest, and per call of each query,
     counted by callgrind (``count_phases``)."""
@@ -516,7 +526,7 @@ def instructions(events_path: Path, tmp: Path, events: int, counted: int) -> dic
     start = events - 2 * counted
     view_dir, dumps, phases_path = tmp / "counted-view", tmp / "callgrind", tmp / "phases.json"
     dumps.mkdir()
-    here = [sys.executable, __file__]
+    here = [sys.executable, __file__, *memory_args]
     subprocess.run([*here, "--build-view", str(events_path), str(view_dir), str(start)], check=True)
     subprocess.run(
         [
@@ -597,10 +607,14 @@ def of_kafka(result: dict) -> dict[str, list[float]]:
 
 
 def report(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console()
     table = Table(
         title=f"rlmm core ({result['core']}), {result['stream']} stream, {result['events']:,} events, "
-        f"{result['segments_in_view']:,} segments in the view"
+        f"{result['segments_in_view']:,} segments in the view, {result['cache_mb']} MB block cache, "
+        f"{result['write_buffer_mb']} MB of memtables"
     )
     for column in ("measure", "rlmm", "target", "Kafka's own code"):
         table.add_column(column)
@@ -672,7 +686,7 @@ def report(result: dict) -> None:
     table.add_row(
         "RocksDB MB after the apply: block cache / memtables / table readers",
         f"{rocksdb['block_cache']} / {rocksdb['memtables']} / {rocksdb['table_readers']}",
-        "bounded: the cache / 16 / ≈ 0",
+        f"bounded: {result['cache_mb']} / {result['write_buffer_mb']} / ≈ 0",
         "",
     )
     table.add_row(
@@ -735,6 +749,10 @@ def main() -> None:
         help=f"also count instructions per event (the last N events, default {CALLGRIND_EVENTS:,}) and per query "
         "with valgrind's callgrind",
     )
+    parser.add_argument("--cache-mb", type=int, default=BLOCK_CACHE_MB, help="the view's block cache, MB [%(default)s]")
+    parser.add_argument(
+        "--write-buffer-mb", type=int, default=WRITE_BUFFER_MB, help="the view's memtable budget, MB [%(default)s]"
+    )
     parser.add_argument("--measure", nargs=2, type=Path, help=argparse.SUPPRESS)  # events file, view dir
     parser.add_argument("--count-rows", nargs=2, type=Path, help=argparse.SUPPRESS)  # events file, view dir
     parser.add_argument("--build-view", nargs=3, help=argparse.SUPPRESS)  # events file, view dir, events
@@ -744,19 +762,21 @@ def main() -> None:
     events = args.events or sizes["events"]
     if args.callgrind is not None and not 0 < args.callgrind <= events // 2:
         parser.error(f"--callgrind N counts the last N of 2N events: N from 1 to {events // 2:,} (--events / 2)")
+    memory = {"cache_mb": args.cache_mb, "write_buffer_mb": args.write_buffer_mb}
+    memory_args = ["--cache-mb", str(args.cache_mb), "--write-buffer-mb", str(args.write_buffer_mb)]
     if args.measure:
-        print(json.dumps(measure(*args.measure, sizes)))
+        print(json.dumps(measure(*args.measure, sizes, memory)))
         return
     if args.count_rows:
         print(json.dumps(count_rows(*args.count_rows)))
         return
     if args.build_view:
         events_file, view_dir, stop = args.build_view
-        build_view(Path(events_file), Path(view_dir), int(stop))
+        build_view(Path(events_file), Path(view_dir), int(stop), memory)
         return
     if args.count_phases:
         events_file, view_dir, start, counted, phases_file = args.count_phases
-        count_phases(Path(events_file), Path(view_dir), int(start), int(counted), Path(phases_file))
+        count_phases(Path(events_file), Path(view_dir), int(start), int(counted), Path(phases_file), memory)
         return
     with tempfile.TemporaryDirectory(prefix="rlmm-bench-") as tmp:
         events_path = Path(tmp) / "events.bin"
@@ -773,6 +793,7 @@ def main() -> None:
                 "--measure",
                 str(events_path),
                 str(Path(tmp) / "view"),
+                *memory_args,
                 *(["--smoke"] if args.smoke else []),
             ],
             check=True,
@@ -780,7 +801,7 @@ def main() -> None:
             text=True,
             env=os.environ,
         ).stdout
-        result = {"stream": args.stream, "smoke": args.smoke, **json.loads(out)}
+        result = {"stream": args.stream, "smoke": args.smoke, **memory, **json.loads(out)}
         if not args.json:
             print("counting rows per event ...", file=sys.stderr)
         rows = subprocess.run(
@@ -794,7 +815,7 @@ def main() -> None:
         if args.callgrind is not None:
             if not args.json:
                 print("counting instructions with callgrind ...", file=sys.stderr)
-            result["instructions"] = instructions(events_path, Path(tmp), result["events"], args.callgrind)
+            result["instructions"] = instructions(events_path, Path(tmp), result["events"], args.callgrind, memory_args)
     result["of_kafka"] = of_kafka(result) if args.stream == "uploads" else None
     if args.json:
         print(json.dumps(result))

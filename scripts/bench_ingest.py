@@ -59,7 +59,7 @@ from consumers.manager import RemoteLogMetadataManager
 from consumers.topic import ensure_topic
 from rlmm.compiled import core_build
 from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate
-from rlmm.runtime import tune_gc
+from rlmm.runtime import tune_process
 from rlmm.state.view import View
 from rlmm.workload import Event, Workload, WorkloadConfig
 from scripts.topic_producer import produce
@@ -283,7 +283,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = dict(SMOKE if args.smoke else FULL)
     sizes.update({key: getattr(args, key) for key in sizes if getattr(args, key) is not None})
-    tune_gc()  # as the rlmm commands do
+    tune_process()  # as the rlmm commands do
     result = run(
         args.bootstrap_server, sizes["events"], min(sizes["restart_at"], sizes["events"]), sizes["writes"], args.seed
     )

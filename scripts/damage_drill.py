@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import track
 
 from rlmm.errors import ViewDamaged
-from rlmm.runtime import tune_gc
+from rlmm.runtime import tune_process
 from rlmm.state import keys as K
 from rlmm.state.view import View
 from rlmm.workload import Workload, WorkloadConfig
@@ -83,7 +83,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    tune_gc()
+    tune_process()
     with tempfile.TemporaryDirectory(prefix="rlmm-damage-") as tmp:
         clean_dir, damaged_dir = Path(tmp) / "clean", Path(tmp) / "damaged"
         tps = build(clean_dir, args.events, args.seed)

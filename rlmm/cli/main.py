@@ -21,7 +21,7 @@ from rlmm.errors import DecodeError
 from rlmm.logs import setup_logging
 from rlmm.records.canonical import to_canonical
 from rlmm.records.serde import decode_value
-from rlmm.runtime import tune_gc
+from rlmm.runtime import tune_process
 
 
 @click.group(
@@ -33,7 +33,7 @@ from rlmm.runtime import tune_gc
 @click.version_option(package_name="rlmm", message=f"%(prog)s %(version)s, {core_build()} core")
 def main() -> None:
     """rlmm: Kafka's tiered-storage RemoteLogMetadataManager as an event-sourced service."""
-    tune_gc()
+    tune_process()
 
 
 @main.command()

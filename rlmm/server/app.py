@@ -203,6 +203,7 @@ def run(
         sync=settings.sync,
         cache_mb=settings.cache_mb,
         row_cache_mb=settings.row_cache_mb,
+        write_buffer_mb=settings.write_buffer_mb,
         on_commit=None if counter is None else counter.bump,
     ) as view:
         if counter is not None:

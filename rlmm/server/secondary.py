@@ -250,6 +250,7 @@ def run_secondary(settings: Settings, runtime: RuntimeDir, worker: int, started:
         secondary=runtime.secondary(worker),
         cache_mb=settings.cache_mb,
         row_cache_mb=settings.row_cache_mb,
+        write_buffer_mb=settings.write_buffer_mb,
     ) as view:
         primary = Primary(runtime.primary_socket, config is not None, write_timeout).start()
         try:

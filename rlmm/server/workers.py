@@ -224,14 +224,14 @@ def _receive(worker: Worker) -> dict | None:
 def _worker(index: int, settings: Settings, runtime: RuntimeDir, reset: bool, events: Connection) -> None:
     """A worker process: the primary (0) or a secondary; reports "serving" (or why it failed) on ``events``."""
     from rlmm.logs import setup_logging
-    from rlmm.runtime import tune_gc
+    from rlmm.runtime import tune_process
     from rlmm.server.app import run
     from rlmm.server.secondary import run_secondary
 
     setup_logging(settings.log_level, settings.log_format)
     for handler in logging.getLogger().handlers:  # which worker wrote a line (a field of the JSON lines)
         handler.addFilter(lambda record: setattr(record, "worker", index) or True)
-    tune_gc()
+    tune_process()
     _stop_with_parent()
     try:
         if index == 0:
