@@ -55,7 +55,8 @@ with tempfile.TemporaryDirectory() as tmp, View(Path(tmp) / "view") as view:
         for i in range(100):
             segment_id = bytes([i]) * 16
             started = SegmentMetadata(
-                tp, segment_id, i * 10, i * 10 + 9, 0, i, 1, ((0, i * 10),), 100, None, SegmentState.COPY_SEGMENT_STARTED
+                tp, segment_id, i * 10, i * 10 + 9, 0, i, 1, ((0, i * 10),), 100, None,
+                SegmentState.COPY_SEGMENT_STARTED,
             )
             finished = SegmentUpdate(tp, segment_id, 1, i, None, SegmentState.COPY_SEGMENT_FINISHED)
             batch.apply(0, 2 * i, encode_value(started))
