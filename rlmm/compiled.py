@@ -50,7 +50,7 @@ def source_path(name: str) -> Path:
 
 
 def source_digest(name: str) -> str:
-    import hashlib  # only for a source whose stamp changed: hashlib loads OpenSSL's libcrypto, ~3.5 MB of memory
+    import hashlib  # only for a source whose stamp changed: hashlib loads OpenSSL's libcrypto, ~3.7 MB of memory
 
     return hashlib.sha256(source_path(name).read_bytes()).hexdigest()
 
