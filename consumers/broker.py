@@ -65,6 +65,19 @@ def _listens(pid: int, port: int) -> bool:
     return any(f"socket:[{inode}]" in links for inode in inodes)
 
 
+def _running_threads(pid: int) -> list[int]:
+    """The threads of process ``pid`` that are not stopped (none where /proc cannot tell)."""
+    running = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]  # the field after "(comm)"
+        except (OSError, IndexError):
+            continue  # the thread ended
+        if state not in ("T", "t"):
+            running.append(int(task.name))
+    return running
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -166,8 +179,24 @@ class LocalBroker:
             process.wait()
         log.info("stopped Tansu (pid %d)", process.pid)
 
-    def pause(self) -> None:
+    def pause(self, timeout: float = 10.0) -> None:
+        """SIGSTOP, and return once every thread of the broker has stopped. The signal only stops the process
+        when a thread it woke is scheduled: on a loaded machine the other threads went on serving requests for
+        tens of milliseconds after ``kill`` returned."""
         os.kill(self.pid, signal.SIGSTOP)
+        try:
+            for attempt in Retrying(
+                stop=stop_after_delay(timeout),
+                wait=wait_fixed(0.001),
+                reraise=True,
+                retry=retry_if_exception_type(_NotReady),
+            ):
+                with attempt:
+                    running = _running_threads(self.pid)
+                    if running:
+                        raise _NotReady(f"threads {running} of Tansu (pid {self.pid}) still run")
+        except _NotReady as exc:
+            raise BrokerError(f"Tansu did not stop within {timeout} s of SIGSTOP: {exc}") from None
 
     def resume(self) -> None:
         os.kill(self.pid, signal.SIGCONT)

@@ -1,15 +1,17 @@
 """The max-timestamp index: per partition, its COPY_SEGMENT_FINISHED segments in the order of (max timestamp, end
 offset, segment id), whose last is ``maxTimestamp``'s answer.
 
-The entries are kept in buckets, a row each, whose value is their entries in order. A bucket starts at an entry
-whose segment id hashes to 0 modulo ``BUCKET`` (a boundary), is keyed by the partition's tpid and that entry, and
-holds the entries from it to the next boundary; the entries before the first boundary are the partition's head
-bucket, keyed by the tpid alone. So the buckets depend on the entries alone (a restore writes the rows the
-transitions write), hold ``BUCKET`` entries on average, and the entries a batch adds to a partition in order go to
-a row or two. The partition's last bucket is read with one seek, as its last entry was when each had a row.
+The entries are kept in buckets, a row each, whose value is their entries in order. The entries whose segment id
+hashes to 0 modulo ``BUCKET`` (boundaries) cut them: a bucket holds the entries from one boundary (or the first entry)
+up to the next boundary, and is keyed by the partition's tpid and that next boundary; the last bucket, from the last
+boundary on, by the tpid and ``LAST`` (after every entry). So the buckets depend on the entries alone (a restore
+writes the rows the transitions write), hold ``BUCKET`` entries on average, and the entries a batch adds to a
+partition in order go to a row or two. ``maxTimestamp`` reads the last bucket with a point read (its last entry),
+and a change finds its bucket with a forward seek (the first key after the entry) or a point read, never by
+stepping back over the versions and deletions of the rows before it.
 
 The writer keeps each partition's last bucket (``tails``, which its only writer may keep across batches): a segment
-whose entry comes after the others (an upload) finds its bucket without a seek. Every change is written to the KV
+whose entry comes after the others (an upload) finds its bucket without a read. Every change is written to the KV
 at once, so that a seek for another bucket reads the batch's changes.
 """
 
@@ -21,15 +23,15 @@ from bisect import insort
 from typing import Final, final
 
 from rlmm.state import keys as K
-from rlmm.state.kv import ReadKV, WriteKV, last
+from rlmm.state.kv import ReadKV, WriteKV
 
 _ENTRY: Final = struct.Struct(">QQ16s")  # max timestamp and end offset (sign-flipped), segment id
 ENTRY_SIZE: Final = _ENTRY.size
+LAST: Final = b"\xff" * (ENTRY_SIZE + 1)  # the last bucket's key after the tpid: after every entry
 BUCKET: Final = 16  # entries per bucket, on average
-TPID_LEN: Final = 4
 
-# a partition's tpid -> its last bucket (key, entries), None while it has none
-Tails = dict[bytes, tuple[bytes, list[bytes]] | None]
+# a partition's tpid -> its last bucket's entries, None while it has none
+Tails = dict[bytes, list[bytes] | None]
 
 
 def entry(max_timestamp_ms: int, end_offset: int, segment_id: bytes) -> bytes:
@@ -51,22 +53,29 @@ class MaxTimestampIndex:
         self.kv = kv
         self.tails: Tails = {} if tails is None else tails
 
-    def _tail(self, tpid: bytes) -> tuple[bytes, list[bytes]] | None:
+    def _tail(self, tpid: bytes) -> list[bytes] | None:
         if tpid in self.tails:
             return self.tails[tpid]
-        found = last(self.kv, K.MAX_TIMESTAMP, tpid)
-        tail = self.tails[tpid] = None if found is None else (found[0], _entries(found[1]))
+        raw = self.kv.get(K.MAX_TIMESTAMP, tpid + LAST)
+        tail = self.tails[tpid] = None if raw is None else _entries(raw)
         return tail
 
-    def _holder(self, tpid: bytes, entry: bytes) -> tuple[bytes, list[bytes]] | None:
-        """The bucket where ``entry`` is or would go (the last bucket keyed at or below it), if any."""
+    def _holder(self, tpid: bytes, entry: bytes) -> tuple[bytes, list[bytes], bool] | None:
+        """The bucket where ``entry`` is or would go: its key, its entries and whether the KV holds it (the bucket
+        before the first boundary has no row while it has no entry); None while the partition has no entry."""
         tail = self._tail(tpid)
-        if tail is not None and tpid + entry >= tail[0]:
-            return tail
-        found = self.kv.floor(K.MAX_TIMESTAMP, tpid + entry, tpid)
-        return None if found is None else (found[0], _entries(found[1]))
+        if tail is None:
+            return None
+        if entry >= tail[0] or not is_boundary(tail[0]):  # (without a boundary, the last bucket is the only one)
+            return tpid + LAST, tail, True
+        found = self.kv.ceiling(K.MAX_TIMESTAMP, tpid + entry + b"\x00", tpid)  # keyed by the next boundary
+        assert found is not None, f"no max-timestamp bucket after {entry.hex()}"
+        entries = _entries(found[1])
+        if entries[0] > entry and is_boundary(entries[0]):  # it comes before every entry, and no bucket does
+            return tpid + entries[0], [], False
+        return found[0], entries, True
 
-    def _write(self, key: bytes, entries: list[bytes], stored: bool) -> None:
+    def _write(self, tpid: bytes, key: bytes, entries: list[bytes], stored: bool) -> None:
         if entries:
             value = b"".join(entries)
             if stored:
@@ -75,57 +84,37 @@ class MaxTimestampIndex:
                 self.kv.put_new(K.MAX_TIMESTAMP, key, value)
         elif stored:
             self.kv.delete(K.MAX_TIMESTAMP, key)
-
-    def _new_tail(self, tpid: bytes, key: bytes, entries: list[bytes]) -> None:
-        """A bucket was written: the partition's last if it is keyed after the last one known."""
-        tail = self.tails.get(tpid)
-        if tpid in self.tails and (tail is None or key >= tail[0]):
-            self.tails[tpid] = (key, entries) if entries else None
+        if len(key) > len(tpid) + ENTRY_SIZE:  # the last bucket
+            self.tails[tpid] = entries if entries else None
 
     def add(self, tpid: bytes, entry: bytes) -> None:
         """Add an entry the partition does not hold."""
         holder = self._holder(tpid, entry)
-        if is_boundary(entry):
-            moved: list[bytes] = []
-            if holder is not None:
-                key, entries = holder
-                moved = [e for e in entries if e > entry]
-                kept = [e for e in entries if e < entry]
-                self._write(key, kept, True)
-                self._new_tail(tpid, key, kept)
-            self._write(tpid + entry, [entry, *moved], False)
-            self._new_tail(tpid, tpid + entry, [entry, *moved])
-        elif holder is None:
-            self._write(tpid, [entry], False)  # the head, which no entry before it needed
-            self._new_tail(tpid, tpid, [entry])
+        if holder is None:
+            self._write(tpid, tpid + LAST, [entry], False)
+            return
+        key, entries, stored = holder
+        if is_boundary(entry):  # the bucket is cut at the entry: those before it are keyed by it
+            before = [e for e in entries if e < entry]
+            if before:
+                self._write(tpid, tpid + entry, before, False)
+            self._write(tpid, key, [entry, *(e for e in entries if e > entry)], stored)
         else:
-            key, entries = holder
             insort(entries, entry)
-            self._write(key, entries, True)
-            self._new_tail(tpid, key, entries)
+            self._write(tpid, key, entries, stored)
 
     def remove(self, tpid: bytes, entry: bytes) -> None:
         """Remove an entry the partition holds."""
         holder = self._holder(tpid, entry)
         assert holder is not None, f"max-timestamp entry {entry.hex()} is not in the index"
-        key, entries = holder
+        key, entries, _ = holder
         entries.remove(entry)
-        if key != tpid + entry:  # not the entry its bucket starts at
-            self._write(key, entries, True)
-            self._new_tail(tpid, key, entries)
-            return
-        # its bucket goes: the entries after it join the bucket before (the head, if none is)
-        self._write(key, [], True)
-        was_tail = self._tail(tpid)
-        before = self.kv.floor(K.MAX_TIMESTAMP, key, tpid)  # the bucket's own row is deleted in the KV already
-        if before is None:
-            self._write(tpid, entries, False)
-            merged = (tpid, entries)
-        else:
-            merged = (before[0], _entries(before[1]) + entries)
-            self._write(merged[0], merged[1], True)
-        if was_tail is not None and was_tail[0] == key:
-            self.tails[tpid] = merged if merged[1] else None
+        if is_boundary(entry):  # no longer a cut: the bucket before it (keyed by it) joins
+            before = self.kv.get(K.MAX_TIMESTAMP, tpid + entry)
+            if before is not None:
+                self._write(tpid, tpid + entry, [], True)
+                entries = _entries(before) + entries
+        self._write(tpid, key, entries, True)
 
     def forget(self, tpid: bytes) -> None:
         """The partition's rows were deleted."""
@@ -134,19 +123,17 @@ class MaxTimestampIndex:
 
 def write_index(kv: WriteKV, tpid: bytes, entries: list[bytes]) -> None:
     """The buckets of a partition the KV holds none of, for its entries (in order)."""
-    key = tpid
     bucket: list[bytes] = []
     for entry in entries:
-        if is_boundary(entry):
-            if bucket:
-                kv.put(K.MAX_TIMESTAMP, key, b"".join(bucket))
-            key, bucket = tpid + entry, []
+        if is_boundary(entry) and bucket:
+            kv.put(K.MAX_TIMESTAMP, tpid + entry, b"".join(bucket))
+            bucket = []
         bucket.append(entry)
     if bucket:
-        kv.put(K.MAX_TIMESTAMP, key, b"".join(bucket))
+        kv.put(K.MAX_TIMESTAMP, tpid + LAST, b"".join(bucket))
 
 
 def last_segment_id(kv: ReadKV, tpid: bytes) -> bytes | None:
-    """The segment id of the partition's last entry (one seek)."""
-    found = last(kv, K.MAX_TIMESTAMP, tpid)
-    return None if found is None else found[1][-16:]
+    """The segment id of the partition's last entry (one point read)."""
+    raw = kv.get(K.MAX_TIMESTAMP, tpid + LAST)
+    return None if raw is None else raw[-16:]
