@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rlmm import compiled
 from rlmm.compiled import COMPILED_MODULES, INTERPRETED_ENV, core_build
 from rlmm.errors import DecodeError
 from rlmm.records.model import PartitionDelete, PartitionDeleteState, SegmentMetadata, SegmentState, SegmentUpdate
@@ -102,3 +103,14 @@ def test_records_pickle() -> None:
         unpickled = pickle.loads(pickle.dumps(record))
         assert unpickled == record and type(unpickled) is type(record)
     assert SegmentState.COPY_SEGMENT_FINISHED in {getattr(r, "state", None) for r in records}
+
+
+def test_a_source_is_taken_as_compiled_by_its_stamp_or_else_its_digest() -> None:
+    name = "rlmm.state.keys"
+    stat = compiled.source_path(name).stat()
+    digest = compiled.source_digest(name)
+    stamp = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    assert compiled._unchanged(name, {**stamp, "sha256": "not read when the stamp matches"})
+    assert compiled._unchanged(name, {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns - 1, "sha256": digest})
+    assert not compiled._unchanged(name, {"size": stat.st_size + 1, "mtime_ns": stat.st_mtime_ns, "sha256": "0" * 64})
+    assert not compiled._unchanged(name, digest)  # a record of the format before: stale until reinstalled
