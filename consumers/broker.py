@@ -85,7 +85,7 @@ def free_port() -> int:
 
 
 class _NotReady(BrokerError):
-    """The broker is not serving yet: tried again."""
+    """The broker is not yet as waited for (serving after start, stopped after pause): tried again."""
 
 
 class LocalBroker:
