@@ -1,11 +1,12 @@
-"""Which build of the core runs: compiled by mypyc when rlmm was installed, or interpreted.
+"""Which build of the core runs: compiled when rlmm was installed, or interpreted.
 
-``setup.py`` compiles ``COMPILED_MODULES`` into extension modules next to their sources and records
-each source it compiled: its digest, size and modification time. Python imports an extension before a
-source, so in a source checkout (an editable install) a module edited after the build would run its stale
-compiled self. There, when any source differs from the one compiled, and whenever ``RLMM_INTERPRETED=1``,
-every compiled module is imported from its source instead: they call each other directly, so they are only
-ever used all together.
+``setup.py`` compiles ``COMPILED_MODULES`` with mypyc and ``NATIVE_MODULES`` (the fold's native parts, in Cython)
+into extension modules next to their sources and records each source it compiled: its digest, size and
+modification time. Python imports an extension before a source, so in a source checkout (an editable install) a
+module edited after the build would run its stale compiled self. There, when any source differs from the one
+compiled (or a module was not built), and whenever ``RLMM_INTERPRETED=1``, every compiled module is imported from
+its source instead, and the native parts give way to their references: the modules call each other directly, so
+they are only ever used all together.
 """
 
 from __future__ import annotations
@@ -40,13 +41,16 @@ COMPILED_MODULES = (
     "rlmm.state.rocks",
     "rlmm.state.view",
 )
+# the fold's native parts (Cython), each beside the interpreted reference it replaces when the core runs compiled
+NATIVE_MODULES = ("rlmm.state.maxtree_native",)  # reference: rlmm.state.maxtree (through rlmm.state.trees)
+CORE_MODULES = COMPILED_MODULES + NATIVE_MODULES
 INTERPRETED_ENV = "RLMM_INTERPRETED"
 _ROOT = Path(__file__).resolve().parent.parent  # the directory holding the rlmm package
 SOURCES_RECORD = Path(__file__).with_name("compiled_sources.json")  # written by setup.py when it compiles
 
 
 def source_path(name: str) -> Path:
-    return _ROOT.joinpath(*name.split(".")).with_suffix(".py")
+    return _ROOT.joinpath(*name.split(".")).with_suffix(".pyx" if name in NATIVE_MODULES else ".py")
 
 
 def source_digest(name: str) -> str:
@@ -62,15 +66,16 @@ def source_record(name: str) -> dict[str, object]:
 
 
 def stale_modules() -> list[str]:
-    """Compiled modules whose source differs from the one compiled. Checked in a source checkout only,
-    where sources are edited; an installed rlmm runs what its wheel holds."""
+    """Modules of a compiled core whose source differs from the one compiled, or that were not built (a checkout
+    compiled before they existed). Checked in a source checkout only, where sources are edited; an installed rlmm
+    runs what its wheel holds."""
     if not (_ROOT / "pyproject.toml").exists():
         return []
-    compiled = [name for name in COMPILED_MODULES if _has_extension(name)]
-    if not compiled:
+    built = [name for name in CORE_MODULES if _has_extension(name)]
+    if not built:
         return []
     record = json.loads(SOURCES_RECORD.read_text()) if SOURCES_RECORD.exists() else {}
-    return [name for name in compiled if not _unchanged(name, record.get(name))]
+    return [name for name in CORE_MODULES if name not in built or not _unchanged(name, record.get(name))]
 
 
 def _unchanged(name: str, recorded: object) -> bool:
@@ -106,7 +111,7 @@ def choose_build() -> None:
     stale = stale_modules()
     if stale:
         warnings.warn(
-            f"rlmm: {', '.join(stale)} changed since the core was compiled; running the interpreted core "
+            f"rlmm: {', '.join(stale)} changed or not built since the core was compiled; running the interpreted core "
             f"(reinstall rlmm, e.g. pip install -e ., to compile it again)",
             stacklevel=2,
         )

@@ -26,9 +26,9 @@ from rlmm.records.model import SegmentMetadata, SegmentState
 from rlmm.state import keys as K
 from rlmm.state import timestamp_index as TI
 from rlmm.state.kv import ReadKV, WriteKV
-from rlmm.state.maxtree import Page, TreePages
 from rlmm.state.rows import EpochRow, RefEntry
 from rlmm.state.segment_rows import SegmentRows
+from rlmm.state.trees import TreeCache, new_tree_cache
 
 REFERENCED: Final = 1  # membership flag: the id is in the epoch's offset index
 UNREFERENCED: Final = 2  # membership flag: the id is in the epoch's unreferenced set
@@ -74,16 +74,15 @@ class EpochIndex:
         kv: WriteKV,
         segments: SegmentRows,
         rows: dict[bytes, EpochRow] | None = None,
-        tree_pages: dict[bytes, Page] | None = None,
-        tree_tops: dict[bytes, tuple[int, int] | None] | None = None,
+        tree_cache: TreeCache | None = None,
     ) -> None:
-        """``segments``: the segments' rows, which hold their memberships; ``rows``, ``tree_pages`` and
-        ``tree_tops`` may be caches kept across batches by the only writer of the KV."""
+        """``segments``: the segments' rows, which hold their memberships; ``rows`` and ``tree_cache`` may be caches
+        kept across batches by the only writer of the KV."""
         self.kv = kv
         self.segments = segments
         self._rows = {} if rows is None else rows  # tpid|epoch -> row
         self._dirty_rows: set[bytes] = set()
-        self._tree_pages = TreePages(kv, K.TIMESTAMP_TREES, tree_pages, tree_tops)
+        self._tree_pages = (new_tree_cache() if tree_cache is None else tree_cache).pages_over(kv, K.TIMESTAMP_TREES)
 
     def flush(self) -> None:
         """Write the cached rows back to the KV (the memberships are the segments' rows' to write)."""

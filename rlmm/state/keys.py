@@ -69,6 +69,9 @@ PER_PARTITION: Final = (
     INVERSIONS,
     FINISHED_UNREFERENCED,
 )
+# small indexes that queries seek in (nextSegmentWithTxnIndex, the listings, the timestamp descent's unreferenced
+# segments): RocksDB compacts their level-0 files sooner (rlmm/state/rocks.py)
+SEEK_INDEXES: Final = (UNREFERENCED, TXN, BREAKS, INVERSIONS, FINISHED_UNREFERENCED)
 # column families of older schema versions, opened to upgrade a view and dropped once it is
 LEGACY_COLUMN_FAMILIES: Final = ("membership",)
 

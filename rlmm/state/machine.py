@@ -32,7 +32,6 @@ from rlmm.state import keys as K
 from rlmm.state import max_timestamp as MT
 from rlmm.state.epoch_index import EpochIndex
 from rlmm.state.kv import WriteKV
-from rlmm.state.maxtree import Page
 from rlmm.state.results import (
     APPLIED,
     IGNORED_INVALID_TRANSITION,
@@ -44,6 +43,7 @@ from rlmm.state.results import (
 )
 from rlmm.state.rows import EpochRow, PartitionRow
 from rlmm.state.segment_rows import SegmentRows
+from rlmm.state.trees import TreeCache
 
 _S: Final = SegmentState
 # RemoteLogSegmentState.isValidTransition: source state (None = unknown segment) -> allowed targets
@@ -72,15 +72,14 @@ class StateMachine:
         kv: WriteKV,
         rows: dict[TopicIdPartition, PartitionRow] | None = None,
         epochs: dict[bytes, EpochRow] | None = None,
-        tree_pages: dict[bytes, Page] | None = None,
-        tree_tops: dict[bytes, tuple[int, int] | None] | None = None,
+        tree_cache: TreeCache | None = None,
         max_timestamp_tails: MT.Tails | None = None,
     ) -> None:
-        """``rows``, ``epochs``, ``tree_pages``, ``tree_tops`` and ``max_timestamp_tails`` may be caches kept across
+        """``rows``, ``epochs``, ``tree_cache`` and ``max_timestamp_tails`` may be caches kept across
         batches by the only writer of the KV."""
         self.kv = kv
         self._segments = SegmentRows(kv)
-        self._epochs = EpochIndex(kv, self._segments, epochs, tree_pages, tree_tops)
+        self._epochs = EpochIndex(kv, self._segments, epochs, tree_cache)
         self._max_timestamps = MT.MaxTimestampIndex(kv, max_timestamp_tails)
         self._rows = {} if rows is None else rows
         self._dirty_rows: set[TopicIdPartition] = set()

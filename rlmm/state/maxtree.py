@@ -19,9 +19,12 @@ the positions a batch adds side by side, which share their pages, write a few ro
   whose two maxima come from different positions may send it into a subtree without one, and it then goes
   on with the next slot, slower but never wrong.
 
-Pages are changed in memory (``TreePages``, which the state machine keeps across batches, linked to their
-parents), and ``flush`` brings the maxima of the changed pages and their ancestors up to date, once per
+Pages are changed in memory (``TreePages``, over a ``TreeCache`` that the view keeps across batches, linked to
+their parents), and ``flush`` brings the maxima of the changed pages and their ancestors up to date, once per
 batch however many positions came, and writes the changed pages.
+
+This module is the reference. With the compiled core the fold uses ``rlmm/state/maxtree_native.pyx``, the same
+steps over C structures (``rlmm/state/trees.py`` chooses); ``first``, the query, is this module's in both.
 """
 
 from __future__ import annotations
@@ -141,23 +144,46 @@ def _pack(page: Page) -> bytes:
     return b"".join(parts)
 
 
-class TreePages:
-    """The pages and tops of the trees of one column family, read through from ``kv`` and kept in ``cache`` and
-    ``tops`` (which the KV's only writer may keep across batches), written back by ``flush``."""
+class TreeCache:
+    """The pages and tops of the trees, which the KV's only writer may keep across batches. (The fold's own, with
+    the compiled core, is the native one: rlmm/state/trees.py.)"""
 
-    def __init__(
-        self,
-        kv: WriteKV,
-        cf: str,
-        cache: dict[bytes, Page] | None = None,
-        tops: dict[bytes, tuple[int, int] | None] | None = None,
-    ) -> None:
+    def __init__(self) -> None:
+        self.pages: dict[bytes, Page] = {}
+        self.tops: dict[bytes, tuple[int, int] | None] = {}
+
+    def __len__(self) -> int:
+        return len(self.pages) + len(self.tops)
+
+    def clear(self) -> None:
+        """Empty the cache, unlinking the pages first: a page and the pages below it refer to each other."""
+        for page in self.pages.values():
+            _unlink(page)
+        self.pages.clear()
+        self.tops.clear()
+
+    def pages_over(self, kv: WriteKV, cf: str) -> TreePages:
+        return TreePages(kv, cf, self)
+
+
+class TreePages:
+    """The pages and tops of the trees of one column family, read through from ``kv`` and kept in ``cache``,
+    written back by ``flush``."""
+
+    def __init__(self, kv: WriteKV, cf: str, cache: TreeCache | None = None) -> None:
         self.kv = kv
         self.cf = cf
-        self.cache: dict[bytes, Page] = {} if cache is None else cache
-        self.tops: dict[bytes, tuple[int, int] | None] = {} if tops is None else tops
+        kept = TreeCache() if cache is None else cache
+        self.cache: dict[bytes, Page] = kept.pages
+        self.tops: dict[bytes, tuple[int, int] | None] = kept.tops
         self._touched: set[Page] = set()  # pages whose slots changed since the last flush
         self._dirty_tops: set[bytes] = set()
+
+    def insert(self, tree: bytes, position: int, first: int, second: int) -> None:
+        insert(self, tree, position, first, second)
+
+    def remove(self, tree: bytes, position: int) -> None:
+        remove(self, tree, position)
 
     def page(self, tree: bytes, level: int, node: int) -> Page:
         """A page that the tree's structure says exists."""
@@ -260,13 +286,6 @@ class TreePages:
             del self.tops[tree]
         self._touched = {p for p in self._touched if not p.key.startswith(prefix)}
         self._dirty_tops = {k for k in self._dirty_tops if not k.startswith(prefix)}
-
-
-def release(cache: dict[bytes, Page]) -> None:
-    """Empty a cache of pages, unlinking them first: a page and the pages below it refer to each other."""
-    for page in cache.values():
-        _unlink(page)
-    cache.clear()
 
 
 def _unlink(page: Page) -> None:

@@ -63,6 +63,23 @@ def table_format(cache: Cache | None = None) -> BlockBasedOptions:
     return table
 
 
+def _column_family_options(table: BlockBasedOptions, write_buffer_mb: int) -> Options:
+    options = Options(raw_mode=True)
+    options.set_block_based_table_factory(table)
+    options.set_compression_type(DBCompressionType.lz4())
+    options.set_write_buffer_size(min(16, write_buffer_mb) << 20)
+    options.set_max_write_buffer_number(2)
+    # each column family's memtable takes an arena block as soon as it holds a row, and RocksDB's default
+    # block is an eighth of the write buffer (2 MB): 14 column families held ~28 MB of mostly empty blocks
+    options.set_arena_block_size(ARENA_BLOCK_KB << 10)
+    # a bloom filter over each memtable's keys: most point reads of the apply path (a new segment's
+    # id, an index entry not there) miss, and skip the memtable search. Its bits are allocated with the
+    # memtable, a share of the write buffer: 1 % gives ~8 bits per row of a full memtable
+    options.set_memtable_whole_key_filtering(True)
+    options.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
+    return options
+
+
 def write_sst(path: str, items: Iterable[tuple[bytes, bytes]]) -> None:
     """Rows of one column family, in key order, as a table file that ``RocksKV.ingest`` adds as it is, laid out
     as the view writes its own (with no bloom filter and one whole index, read through the block cache, a
@@ -89,6 +106,10 @@ ROW_CACHE_MB: Final = 0
 WRITE_BUFFER_MB: Final = 16
 ARENA_BLOCK_KB: Final = 256
 MEMTABLE_BLOOM_RATIO: Final = 0.01
+# level-0 files that start a compaction of a seek index (``K.SEEK_INDEXES``; RocksDB's default, kept for the others,
+# is 4). With 4, nextSegmentWithTxnIndex cost 120k instructions against 90k once they were compacted (bench_core's
+# cluster stream at 1M events); the indexes are small (the txn index: 0.7 MB), so their compactions cost little.
+SEEK_INDEX_LEVEL0_FILES: Final = 1
 CHECK_MIN_ENTRIES: Final = 256  # entries a step of a paced check reads at least (``check_from``)
 
 
@@ -118,19 +139,11 @@ class RocksKV:
         RocksDB secondary instance (its own files in that directory) that follows the process writing the
         database (``catch_up``)."""
         table = table_format(Cache(cache_mb << 20))
-        cf_options = Options(raw_mode=True)
-        cf_options.set_block_based_table_factory(table)
-        cf_options.set_compression_type(DBCompressionType.lz4())
-        cf_options.set_write_buffer_size(min(16, write_buffer_mb) << 20)
-        cf_options.set_max_write_buffer_number(2)
-        # each column family's memtable takes an arena block as soon as it holds a row, and RocksDB's default
-        # block is an eighth of the write buffer (2 MB): 14 column families held ~28 MB of mostly empty blocks
-        cf_options.set_arena_block_size(ARENA_BLOCK_KB << 10)
-        # a bloom filter over each memtable's keys: most point reads of the apply path (a new segment's
-        # id, an index entry not there) miss, and skip the memtable search. Its bits are allocated with the
-        # memtable, a share of the write buffer: 1 % gives ~8 bits per row of a full memtable
-        cf_options.set_memtable_whole_key_filtering(True)
-        cf_options.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
+        cf_options = _column_family_options(table, write_buffer_mb)
+        # the small indexes queries seek in: a seek reads every level-0 file (a point read skips most by their
+        # bloom filters), and the write buffer's flushes leave them many small ones
+        seek_options = _column_family_options(table, write_buffer_mb)
+        seek_options.set_level_zero_file_num_compaction_trigger(SEEK_INDEX_LEVEL0_FILES)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         options.create_missing_column_families(True)
@@ -145,7 +158,7 @@ class RocksKV:
         self.fault: ViewDamaged | None = None
         self._path = str(path)
         self._options = options
-        self._cf_options = {cf: cf_options for cf in K.COLUMN_FAMILIES}
+        self._cf_options = {cf: seek_options if cf in K.SEEK_INDEXES else cf_options for cf in K.COLUMN_FAMILIES}
         self._read_only = read_only or secondary is not None
         if secondary is not None:
             self._access = AccessType.secondary(str(secondary))

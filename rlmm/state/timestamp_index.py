@@ -24,19 +24,17 @@ from rlmm.records.model import SegmentMetadata, SegmentState
 from rlmm.state import keys as K
 from rlmm.state import maxtree
 from rlmm.state.kv import ReadKV, WriteKV, scan
-from rlmm.state.maxtree import TreePages
+from rlmm.state.trees import TreePages
 
 
 def reference(pages: TreePages, tpid: bytes, epoch: int, epoch_start: int, segment: SegmentMetadata) -> None:
     """A finished segment enters the epoch's offset index at ``epoch_start``."""
-    maxtree.insert(
-        pages, K.epoch_prefix(tpid, epoch), epoch_start + K.I64_FLIP, segment.max_timestamp_ms, segment.end_offset
-    )
+    pages.insert(K.epoch_prefix(tpid, epoch), epoch_start + K.I64_FLIP, segment.max_timestamp_ms, segment.end_offset)
 
 
 def unreference(pages: TreePages, tpid: bytes, epoch: int, epoch_start: int) -> None:
     """The offset index's entry at ``epoch_start`` goes."""
-    maxtree.remove(pages, K.epoch_prefix(tpid, epoch), epoch_start + K.I64_FLIP)
+    pages.remove(K.epoch_prefix(tpid, epoch), epoch_start + K.I64_FLIP)
 
 
 def add_finished_unreferenced(kv: WriteKV, tpid: bytes, epoch: int, start_offset: int, segment_id: bytes) -> None:

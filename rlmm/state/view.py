@@ -30,14 +30,13 @@ from rlmm.state.kv import BATCH_ROWS, CountingStagedKV, ReadKV, RowCounts, Stage
 from rlmm.state.lookup_memo import LookupMemo
 from rlmm.state.machine import StateMachine
 from rlmm.state.max_timestamp import Tails
-from rlmm.state.maxtree import Page
-from rlmm.state.maxtree import release as release_tree_pages
 from rlmm.state.offset_cache import OffsetCache
 from rlmm.state.quarantine import QuarantinedRecord
 from rlmm.state.queries import Queries
 from rlmm.state.results import ApplyResult
 from rlmm.state.rocks import BLOCK_CACHE_MB, ROW_CACHE_MB, WRITE_BUFFER_MB, RocksKV, write_sst
 from rlmm.state.rows import EpochRow, PartitionRow
+from rlmm.state.trees import new_tree_cache
 from rlmm.state.upgrade import UPGRADABLE, UPGRADE_FROM_KEY, UPGRADED_KEY, upgrade_partition
 
 log = logging.getLogger(__name__)
@@ -162,8 +161,7 @@ class View:
         # partition and epoch rows, kept across batches: this view is their only writer
         self._row_cache: dict[TopicIdPartition, PartitionRow] = {}
         self._epoch_cache: dict[bytes, EpochRow] = {}
-        self._tree_pages: dict[bytes, Page] = {}  # the timestamp trees' pages and tops, likewise
-        self._tree_tops: dict[bytes, tuple[int, int] | None] = {}
+        self._tree_cache = new_tree_cache()  # the timestamp trees' pages and tops, likewise
         self._max_timestamp_tails: Tails = {}
         self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS), self._kv.changes)
         self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT, OFFSET_ENTRY_CACHE_BYTES)
@@ -293,8 +291,7 @@ class View:
                     stage,
                     self._row_cache,
                     self._epoch_cache,
-                    self._tree_pages,
-                    self._tree_tops,
+                    self._tree_cache,
                     self._max_timestamp_tails,
                 ),
                 self.row_counts,
@@ -317,9 +314,8 @@ class View:
             self._publish(batch.stage)
             if len(self._epoch_cache) > EPOCH_CACHE_LIMIT:
                 self._epoch_cache.clear()
-            if len(self._tree_pages) + len(self._tree_tops) > TREE_CACHE_LIMIT:
-                release_tree_pages(self._tree_pages)
-                self._tree_tops.clear()
+            if len(self._tree_cache) > TREE_CACHE_LIMIT:
+                self._tree_cache.clear()
             if len(self._max_timestamp_tails) > TAILS_CACHE_LIMIT:
                 self._max_timestamp_tails.clear()
 
@@ -410,8 +406,7 @@ class View:
     def _drop_caches(self) -> None:
         self._row_cache.clear()
         self._epoch_cache.clear()
-        release_tree_pages(self._tree_pages)
-        self._tree_tops.clear()
+        self._tree_cache.clear()
         self._max_timestamp_tails.clear()
         self._read_cache.clear()
         self._offset_cache.clear()
