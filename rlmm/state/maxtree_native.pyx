@@ -27,7 +27,8 @@ cdef enum:
     TREE_MAX = 32  # bytes of a tree's prefix
     KEY_MAX = 41  # a page's key: the prefix, its level, its node
     SLOT_BYTES = 25  # a slot in a page's row: first, second (i64), child level (u8), child (u64), big-endian
-    TOP_MARK = 0xFF  # the byte after the prefix of a tree's top row
+
+cdef bytes TOP_KEY = b"\xff"  # after a tree's prefix: the key of its top's row
 
 cdef struct Page
 
@@ -311,7 +312,7 @@ cdef class TreePages:
             return deref(it).second
         cdef Top top
         top.present, top.level, top.node = False, 0, 0
-        cdef bytes raw = self._get(self.cf, PyBytes_FromStringAndSize(tree, tree_len) + b"\xff")
+        cdef bytes raw = self._get(self.cf, PyBytes_FromStringAndSize(tree, tree_len) + TOP_KEY)
         if raw is not None:
             if PyBytes_GET_SIZE(raw) != 9:
                 raise AssertionError(f"tree top {tree[:tree_len].hex()} is not 9 bytes")
@@ -507,7 +508,7 @@ cdef class TreePages:
         cdef Top top
         cdef string name
         for name in self.dirty_tops:
-            key = PyBytes_FromStringAndSize(name.data(), name.size()) + b"\xff"
+            key = PyBytes_FromStringAndSize(name.data(), name.size()) + TOP_KEY
             top = self.cache.tops[name]
             if top.present:
                 top_value[0] = <char>top.level
