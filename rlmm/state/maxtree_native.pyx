@@ -228,46 +228,42 @@ cdef class TreePages:
             page.touched = True
             self.touched.push_back(page)
 
-    cdef Page* _cached(self, const char* tree, int tree_len, int level, uint64_t node, bint create) except? NULL:
-        cdef char key[KEY_MAX]
-        memcpy(key, tree, tree_len)
-        key[tree_len] = <char>level
-        put_u64(key + tree_len + 1, node)
-        cdef string name = string(<const char*>key, <size_t>(tree_len + 9))
+    cdef Page* _cached(self, const string& name) noexcept:
         cdef unordered_map[string, Page*].iterator it = self.cache.pages.find(name)
-        if it != self.cache.pages.end():
-            return deref(it).second
-        if not create:
+        if it == self.cache.pages.end():
             return NULL
+        return deref(it).second
+
+    cdef Page* _created(self, const string& name, int level, uint64_t node) except NULL:
         cdef Page* page = <Page*>calloc(1, sizeof(Page))
         if page == NULL:
             raise MemoryError()
-        memcpy(page.key, key, tree_len + 9)
-        page.key_len = tree_len + 9
+        memcpy(page.key, name.data(), name.size())
+        page.key_len = <uint8_t>name.size()
         page.level = level
         page.node = node
         self.cache.pages[name] = page
         return page
 
     cdef Page* _page(self, const char* tree, int tree_len, int level, uint64_t node) except NULL:
-        """A page that the tree's structure says exists."""
-        cdef Page* page = self._cached(tree, tree_len, level, node, False)
+        """A page that the tree's structure says exists (read from the KV and cached once it is read whole)."""
+        cdef string name = _page_name(tree, tree_len, level, node)
+        cdef Page* page = self._cached(name)
         cdef bytes raw
         cdef const unsigned char* at
-        cdef int slot, used_slots, slots_used
+        cdef int slot, used_slots = 0, slots_used = 0
         if page == NULL:
-            page = self._cached(tree, tree_len, level, node, True)
-            raw = self._get(self.cf, PyBytes_FromStringAndSize(page.key, page.key_len))
+            raw = self._get(self.cf, PyBytes_FromStringAndSize(name.data(), name.size()))
             if raw is not None:
                 at = <const unsigned char*>PyBytes_AS_STRING(raw)
-                if PyBytes_GET_SIZE(raw) < 2:
-                    raise AssertionError(f"tree page {page.key[:page.key_len].hex()} is truncated")
-                used_slots = (at[0] << 8) | at[1]
-                slots_used = 0
+                if PyBytes_GET_SIZE(raw) >= 2:
+                    used_slots = (at[0] << 8) | at[1]
                 for slot in range(SLOTS):
                     slots_used += (used_slots >> slot) & 1
                 if PyBytes_GET_SIZE(raw) < 2 + SLOT_BYTES * slots_used:
-                    raise AssertionError(f"tree page {page.key[:page.key_len].hex()} is truncated")
+                    raise AssertionError(f"tree page {bytes(name).hex()} is truncated")
+            page = self._created(name, level, node)
+            if raw is not None:
                 at += 2
                 for slot in range(SLOTS):
                     if (used_slots >> slot) & 1:
@@ -277,15 +273,18 @@ cdef class TreePages:
             page.dirty = 0
             recompute_max(page)
         if not page.count:
-            raise AssertionError(f"tree page {page.key[:page.key_len].hex()} is missing")
+            raise AssertionError(f"tree page {bytes(name).hex()} is missing")
         return page
 
     cdef Page* _new_page(self, const char* tree, int tree_len, int level, uint64_t node) except NULL:
         """A page that the tree's structure says does not exist (the KV holds it only if a cached copy, dropped
         since the last flush, still has to be deleted)."""
-        cdef Page* page = self._cached(tree, tree_len, level, node, True)
-        if page.count:
-            raise AssertionError(f"tree page {page.key[:page.key_len].hex()} exists already")
+        cdef string name = _page_name(tree, tree_len, level, node)
+        cdef Page* page = self._cached(name)
+        if page == NULL:
+            page = self._created(name, level, node)
+        elif page.count:
+            raise AssertionError(f"tree page {bytes(name).hex()} exists already")
         self._touch(page)
         return page
 
@@ -549,6 +548,15 @@ cdef class TreePages:
                 name = self.dirty_tops.erase(name)
             else:
                 inc(name)
+
+
+cdef inline string _page_name(const char* tree, int tree_len, int level, uint64_t node) noexcept:
+    """A page's key: the tree's prefix, the page's level and node (big-endian)."""
+    cdef char key[KEY_MAX]
+    memcpy(key, tree, tree_len)
+    key[tree_len] = <char>level
+    put_u64(key + tree_len + 1, node)
+    return string(<const char*>key, <size_t>(tree_len + 9))
 
 
 cdef inline bint _starts_with(const string& key, const string& prefix) noexcept:
