@@ -42,7 +42,10 @@ COMPILED_MODULES = (
     "rlmm.state.view",
 )
 # the fold's native parts (Cython), each beside the interpreted reference it replaces when the core runs compiled
-NATIVE_MODULES = ("rlmm.state.maxtree_native",)  # reference: rlmm.state.maxtree (through rlmm.state.trees)
+NATIVE_MODULES = (
+    "rlmm.records.wire_native",  # reference: rlmm.records.serde, which calls it first
+    "rlmm.state.maxtree_native",  # reference: rlmm.state.maxtree (through rlmm.state.trees)
+)
 CORE_MODULES = COMPILED_MODULES + NATIVE_MODULES
 INTERPRETED_ENV = "RLMM_INTERPRETED"
 _ROOT = Path(__file__).resolve().parent.parent  # the directory holding the rlmm package

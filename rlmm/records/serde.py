@@ -3,6 +3,9 @@
 
 ``decode_value`` accepts exactly what Kafka 4.3 accepts and returns the record Kafka's domain classes
 would hold; everything Kafka refuses raises :class:`DecodeError` naming what Kafka throws.
+
+This module is the reference for every rule. With the compiled core, the usual shapes of a segment and an update
+are read, and a segment's written, in C first (``rlmm/records/wire_native.pyx``), which hands anything else back.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from rlmm.compiled import core_build
 from rlmm.errors import DecodeError, WireError
 from rlmm.records import wire
 from rlmm.records.model import (
@@ -60,6 +64,24 @@ _NULL_POINTER: Final = "NullPointerException"
 
 _SEGMENT_STATES: Final = tuple(SegmentState)
 _DELETE_STATES: Final = tuple(PartitionDeleteState)
+
+
+def _native_wire() -> Any:
+    if core_build() != "compiled":
+        return None
+    from rlmm.records import wire_native  # type: ignore[attr-defined]  # built with the compiled core
+
+    return wire_native
+
+
+_NATIVE: Final = _native_wire()
+# the usual shapes in C, each returning None for what the reference must decide
+_decode_common: Final[Callable[[bytes], RemoteLogMetadata | None] | None] = (
+    None if _NATIVE is None else _NATIVE.decode_common
+)
+_encode_common_segment: Final[Callable[[object], bytes | None] | None] = (
+    None if _NATIVE is None else _NATIVE.encode_common_segment
+)
 
 
 def _parse_error(error: WireError) -> DecodeError:
@@ -404,6 +426,15 @@ def _read_header(data: bytes) -> tuple[int, int]:
 def decode_value(value: bytes | bytearray | memoryview) -> RemoteLogMetadata:
     """Decode one value of ``__remote_log_metadata``; raises only :class:`DecodeError`."""
     data = value if isinstance(value, bytes) else bytes(memoryview(value))
+    if _decode_common is not None:
+        record = _decode_common(data)
+        if record is not None:
+            return record
+    return _reference_decode(data)
+
+
+def _reference_decode(data: bytes) -> RemoteLogMetadata:
+    """``decode_value`` without the native reader: what it is tested against."""
     if len(data) > 2 and data[0] == 1 and data[1] < 4 and data[2] == 0:
         if data[1] == 0:
             record = _read_common_segment(data)
@@ -552,6 +583,15 @@ def encode_value(record: RemoteLogMetadata, *, keep_unknown_tags: bool = True) -
     structs (ascending tag order); without, the bytes are exactly Kafka's own serialization.
     Raises ``ValueError`` for a value the format cannot hold.
     """
+    if _encode_common_segment is not None:
+        value = _encode_common_segment(record)
+        if value is not None:
+            return value
+    return _reference_encode(record, keep_unknown_tags)
+
+
+def _reference_encode(record: RemoteLogMetadata, keep_unknown_tags: bool = True) -> bytes:
+    """``encode_value`` without the native writer: what it is tested against."""
     writer = _WRITERS.get(type(record))
     if writer is None:
         raise TypeError(f"not a remote log metadata record: {type(record).__name__}")

@@ -1,0 +1,365 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The usual shapes of the topic's values, read and written in C: a segment (api key 0) or an update (api key 1)
+as Kafka writes them, without unknown tags, with one- or two-byte lengths.
+
+``rlmm/records/serde.py`` is the reference and holds every rule: these functions answer only what they are sure
+of and return ``None`` for anything else (another record, an unusual shape, a value out of range, anything Kafka
+refuses), which the reference then decodes, encodes or refuses. ``tests/test_native_wire.py`` checks that an answer
+is always the reference's, field for field and byte for byte.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, TopicIdPartition
+
+cdef enum:
+    UUID = 16
+    SEGMENT_HEAD = 75  # topic id, partition, tags, segment id, tags, start, end, broker, max ts, event ts, epochs
+    EPOCH_ENTRY = 13  # leader epoch, start offset, tags
+    MAX_STRING_LENGTH = 0x7FFF
+    MAX_EPOCHS = 126  # whose count takes one byte
+    PARTITION_SLOTS = 4096
+
+cdef object _SEGMENT = SegmentMetadata
+cdef object _UPDATE = SegmentUpdate
+cdef object _TP = TopicIdPartition
+cdef tuple _STATES = tuple(SegmentState)
+cdef bytes _HEAD_SEGMENT = b"\x01\x00\x00"  # frame version 1, api key 0, version 0
+# the partitions met last, by their bytes on the wire (topic name, id, partition), in slots chosen by id and partition:
+# the records of a partition share one TopicIdPartition while it keeps its slot (they are values, and a dict keyed
+# by them finds the one it holds by identity)
+cdef list _PARTITION_WIRES = [b""] * PARTITION_SLOTS
+cdef list _PARTITIONS = [None] * PARTITION_SLOTS
+
+
+cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
+
+
+cdef inline int32_t _i32(const uint8_t* p) noexcept nogil:
+    return <int32_t>_u32(p)
+
+
+cdef inline int64_t _i64(const uint8_t* p) noexcept nogil:
+    return <int64_t>((<uint64_t>_u32(p) << 32) | <uint64_t>_u32(p + 4))
+
+
+cdef inline Py_ssize_t _length(const uint8_t* p, Py_ssize_t end, Py_ssize_t* at) noexcept nogil:
+    """A compact length (the varint minus one) in one or two bytes at ``at[0]``, which it moves past; -1 for null,
+    -2 for a varint that takes more bytes or runs past ``end``."""
+    cdef Py_ssize_t i = at[0]
+    if i >= end:
+        return -2
+    if p[i] < 0x80:
+        at[0] = i + 1
+        return <Py_ssize_t>p[i] - 1
+    if i + 1 >= end or p[i + 1] >= 0x80:
+        return -2
+    at[0] = i + 2
+    return ((<Py_ssize_t>p[i] & 0x7F) | (<Py_ssize_t>p[i + 1] << 7)) - 1
+
+
+cdef object _partition(const uint8_t* p, Py_ssize_t end, Py_ssize_t* at):
+    """The TopicIdPartitionEntry at ``at[0]`` (topic name, id, partition) without its tags, or None; ``at[0]``
+    moves past it."""
+    cdef Py_ssize_t start = at[0], length = _length(p, end, at)
+    cdef Py_ssize_t name = at[0]
+    if length < 0 or name + length + UUID + 4 > end:
+        return None
+    cdef const uint8_t* h = p + name + length  # the topic id, then the partition
+    at[0] = name + length + UUID + 4
+    cdef Py_ssize_t size = at[0] - start
+    cdef Py_ssize_t slot = (_u32(h) ^ (_u32(h + UUID) * <uint32_t>0x9E3779B1)) % PARTITION_SLOTS
+    cdef bytes known = _PARTITION_WIRES[slot]
+    if PyBytes_GET_SIZE(known) == size and memcmp(PyBytes_AS_STRING(known), p + start, size) == 0:
+        return _PARTITIONS[slot]
+    tp = _TP(
+        PyBytes_FromStringAndSize(<const char*>h, UUID),
+        PyUnicode_DecodeUTF8(<const char*>p + name, length, "replace"),
+        _i32(h + UUID),
+    )
+    _PARTITION_WIRES[slot] = PyBytes_FromStringAndSize(<const char*>p + start, size)
+    _PARTITIONS[slot] = tp
+    return tp
+
+
+cdef object _custom_metadata(const uint8_t* p, Py_ssize_t end, Py_ssize_t* at, bint* ok):
+    """Nullable compact bytes; ``ok[0]`` false when they are not in the usual shape."""
+    cdef Py_ssize_t n = _length(p, end, at)
+    if n == -1:
+        return None
+    if n < 0 or at[0] + n > end:
+        ok[0] = False
+        return None
+    cdef Py_ssize_t start = at[0]
+    at[0] = start + n
+    return PyBytes_FromStringAndSize(<const char*>p + start, n)
+
+
+cdef object _epochs(const uint8_t* p, Py_ssize_t count):
+    """``count`` entries without tags and with strictly rising epochs, as a tuple; else None."""
+    cdef tuple epochs = PyTuple_New(count)
+    cdef Py_ssize_t i
+    cdef int32_t epoch, previous = 0
+    for i in range(count):
+        if p[EPOCH_ENTRY - 1]:
+            return None
+        epoch = _i32(p)
+        if i and epoch <= previous:
+            return None
+        previous = epoch
+        entry = (epoch, _i64(p + 4))
+        Py_INCREF(entry)
+        PyTuple_SET_ITEM(epochs, i, entry)
+        p += EPOCH_ENTRY
+    return epochs
+
+
+cdef object _segment(const uint8_t* p, Py_ssize_t end):
+    cdef Py_ssize_t at = 3
+    tp = _partition(p, end, &at)
+    if tp is None or at + SEGMENT_HEAD - UUID - 4 > end:
+        return None
+    cdef const uint8_t* h = p + at - UUID - 4
+    if h[20] or h[37]:  # tags of the topic-id-partition and of the segment id
+        return None
+    cdef int64_t start = _i64(h + 38), stop = _i64(h + 46)
+    cdef Py_ssize_t count = <Py_ssize_t>h[74] - 1
+    if not 0 < count < 0x7F or start < 0 or stop < start:
+        return None
+    at += SEGMENT_HEAD - UUID - 4
+    if at + EPOCH_ENTRY * count + 7 > end:  # the epochs, size, custom metadata, state, tags
+        return None
+    epochs = _epochs(p + at, count)
+    if epochs is None:
+        return None
+    at += EPOCH_ENTRY * count
+    cdef int32_t size = _i32(p + at)
+    at += 4
+    cdef bint ok = True
+    custom = _custom_metadata(p, end, &at, &ok)
+    if not ok:
+        return None
+    cdef Py_ssize_t rest = end - at  # the state and the tags: none, or TxnIndexEmpty true as Kafka writes it
+    if rest == 2 and p[at + 1] == 0:
+        txn_index_empty = False
+    elif rest == 5 and p[at + 1] == 1 and p[at + 2] == 0 and p[at + 3] == 1 and p[at + 4] == 1:
+        txn_index_empty = True
+    else:
+        return None
+    if p[at] > 3:
+        return None
+    return _SEGMENT(
+        tp,
+        PyBytes_FromStringAndSize(<const char*>h + 21, UUID),
+        start,
+        stop,
+        _i32(h + 54),
+        _i64(h + 58),
+        _i64(h + 66),
+        epochs,
+        size,
+        custom,
+        _STATES[p[at]],
+        txn_index_empty,
+        (),
+    )
+
+
+cdef object _update(const uint8_t* p, Py_ssize_t end):
+    cdef Py_ssize_t at = 3
+    tp = _partition(p, end, &at)
+    if tp is None or at + UUID + 2 + 12 + 3 > end:
+        return None
+    cdef const uint8_t* h = p + at - UUID - 4
+    if h[20] or h[37]:
+        return None
+    at += UUID + 2
+    cdef int32_t broker = _i32(p + at)
+    cdef int64_t event_ts = _i64(p + at + 4)
+    at += 12
+    cdef bint ok = True
+    custom = _custom_metadata(p, end, &at, &ok)
+    if not ok or at + 2 != end or p[at] > 3 or p[at + 1]:
+        return None
+    return _UPDATE(
+        tp,
+        PyBytes_FromStringAndSize(<const char*>h + 21, UUID),
+        broker,
+        event_ts,
+        custom,
+        _STATES[p[at]],
+        (),
+    )
+
+
+def decode_common(bytes data):
+    """The record of a value in a usual shape, or None (the reference decides)."""
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(data)
+    if end < 3 or p[0] != 1 or p[2] != 0:
+        return None
+    if p[1] == 0:
+        return _segment(p, end)
+    if p[1] == 1:
+        return _update(p, end)
+    return None
+
+
+cdef inline bint _int(object value, int64_t low, int64_t high, int64_t* out):
+    """An exact int within [low, high] into ``out``; false for anything else."""
+    cdef int overflow = 0
+    if not PyLong_CheckExact(value):
+        return False
+    cdef long long v = PyLong_AsLongLongAndOverflow(value, &overflow)
+    if overflow or v < low or v > high:
+        return False
+    out[0] = v
+    return True
+
+
+cdef inline uint8_t* _put_u32(uint8_t* q, uint32_t v) noexcept nogil:
+    q[0] = v >> 24
+    q[1] = v >> 16
+    q[2] = v >> 8
+    q[3] = v
+    return q + 4
+
+
+cdef inline uint8_t* _put_i64(uint8_t* q, int64_t v) noexcept nogil:
+    _put_u32(q, <uint32_t>(<uint64_t>v >> 32))
+    return _put_u32(q + 4, <uint32_t><uint64_t>v)
+
+
+cdef inline Py_ssize_t _uvarint_size(uint32_t v) noexcept nogil:
+    cdef Py_ssize_t n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline uint8_t* _put_uvarint(uint8_t* q, uint32_t v) noexcept nogil:
+    while v >= 0x80:
+        q[0] = (v & 0x7F) | 0x80
+        v >>= 7
+        q += 1
+    q[0] = v
+    return q + 1
+
+
+cdef inline bint _uuid(object value):
+    return type(value) is bytes and PyBytes_GET_SIZE(value) == UUID
+
+
+def encode_common_segment(record):
+    """The value of a segment (``SegmentMetadata``) in the usual shape, or None (the reference decides)."""
+    if type(record) is not _SEGMENT or record.unknown_tags:
+        return None
+    tp = record.tp
+    if type(tp) is not _TP:
+        return None
+    topic = tp.topic
+    if type(topic) is not str:
+        return None
+    try:
+        name = (<str>topic).encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    topic_id, segment_id, custom = tp.topic_id, record.segment_id, record.custom_metadata
+    state, txn_index_empty, epochs = record.state, record.txn_index_empty, record.segment_leader_epochs
+    if PyBytes_GET_SIZE(name) > MAX_STRING_LENGTH or not _uuid(topic_id) or not _uuid(segment_id):
+        return None
+    if not (custom is None or type(custom) is bytes) or (txn_index_empty is not True and txn_index_empty is not False):
+        return None
+    if type(epochs) is not tuple or PyTuple_GET_SIZE(epochs) > MAX_EPOCHS:
+        return None
+    cdef Py_ssize_t state_id
+    for state_id in range(4):
+        if state is _STATES[state_id]:
+            break
+    else:
+        return None
+    cdef int64_t partition, start, stop, broker, max_ts, event_ts, size, epoch, offset
+    if not (
+        _int(tp.partition, INT32_MIN, INT32_MAX, &partition)
+        and _int(record.start_offset, INT64_MIN, INT64_MAX, &start)
+        and _int(record.end_offset, INT64_MIN, INT64_MAX, &stop)
+        and _int(record.broker_id, INT32_MIN, INT32_MAX, &broker)
+        and _int(record.max_timestamp_ms, INT64_MIN, INT64_MAX, &max_ts)
+        and _int(record.event_timestamp_ms, INT64_MIN, INT64_MAX, &event_ts)
+        and _int(record.segment_size_in_bytes, INT32_MIN, INT32_MAX, &size)
+    ):
+        return None
+    cdef Py_ssize_t count = PyTuple_GET_SIZE(epochs), name_size = PyBytes_GET_SIZE(name), custom_size = 0, i
+    for i in range(count):
+        entry = <object>PyTuple_GET_ITEM(epochs, i)
+        if type(entry) is not tuple or PyTuple_GET_SIZE(entry) != 2:
+            return None
+        if not (
+            _int(<object>PyTuple_GET_ITEM(entry, 0), INT32_MIN, INT32_MAX, &epoch)
+            and _int(<object>PyTuple_GET_ITEM(entry, 1), INT64_MIN, INT64_MAX, &offset)
+        ):
+            return None
+    if custom is not None:
+        custom_size = PyBytes_GET_SIZE(custom)
+        if custom_size >= INT32_MAX:
+            return None
+    cdef Py_ssize_t total = (
+        3
+        + _uvarint_size(<uint32_t>(name_size + 1))
+        + name_size
+        + SEGMENT_HEAD
+        + EPOCH_ENTRY * count
+        + 4
+        + (1 if custom is None else _uvarint_size(<uint32_t>(custom_size + 1)) + custom_size)
+        + 1
+        + (4 if txn_index_empty else 1)
+    )
+    value = PyBytes_FromStringAndSize(NULL, total)
+    cdef uint8_t* q = <uint8_t*>PyBytes_AS_STRING(value)
+    memcpy(q, PyBytes_AS_STRING(_HEAD_SEGMENT), 3)
+    q = _put_uvarint(q + 3, <uint32_t>(name_size + 1))
+    memcpy(q, PyBytes_AS_STRING(name), name_size)
+    q += name_size
+    memcpy(q, PyBytes_AS_STRING(topic_id), UUID)
+    q = _put_u32(q + UUID, <uint32_t>partition)
+    q[0] = 0
+    memcpy(q + 1, PyBytes_AS_STRING(segment_id), UUID)
+    q += 1 + UUID
+    q[0] = 0
+    q = _put_i64(q + 1, start)
+    q = _put_i64(q, stop)
+    q = _put_u32(q, <uint32_t>broker)
+    q = _put_i64(q, max_ts)
+    q = _put_i64(q, event_ts)
+    q[0] = <uint8_t>(count + 1)
+    q += 1
+    for i in range(count):
+        entry = <object>PyTuple_GET_ITEM(epochs, i)
+        _int(<object>PyTuple_GET_ITEM(entry, 0), INT32_MIN, INT32_MAX, &epoch)
+        _int(<object>PyTuple_GET_ITEM(entry, 1), INT64_MIN, INT64_MAX, &offset)
+        q = _put_u32(q, <uint32_t>epoch)
+        q = _put_i64(q, offset)
+        q[0] = 0
+        q += 1
+    q = _put_u32(q, <uint32_t>size)
+    if custom is None:
+        q[0] = 0
+        q += 1
+    else:
+        q = _put_uvarint(q, <uint32_t>(custom_size + 1))
+        memcpy(q, PyBytes_AS_STRING(custom), custom_size)
+        q += custom_size
+    q[0] = <uint8_t>state_id
+    if txn_index_empty:
+        q[1], q[2], q[3], q[4] = 1, 0, 1, 1
+    else:
+        q[1] = 0
+    return value
