@@ -11,6 +11,7 @@ they are only ever used all together.
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -20,6 +21,7 @@ import sys
 import warnings
 from importlib.machinery import ModuleSpec
 from pathlib import Path
+from typing import Any
 
 # the modules setup.py compiles: the hot path of decoding and applying records
 COMPILED_MODULES = (
@@ -44,6 +46,7 @@ COMPILED_MODULES = (
 # the fold's native parts (Cython), each beside the interpreted reference it replaces when the core runs compiled
 NATIVE_MODULES = (
     "rlmm.records.wire_native",  # reference: rlmm.records.serde, which calls it first
+    "rlmm.state.keys_native",  # references: rlmm.state.keys and max_timestamp, which call it first
     "rlmm.state.maxtree_native",  # reference: rlmm.state.maxtree (through rlmm.state.trees)
 )
 CORE_MODULES = COMPILED_MODULES + NATIVE_MODULES
@@ -119,6 +122,11 @@ def choose_build() -> None:
             stacklevel=2,
         )
         sys.meta_path.insert(0, _FromSource())
+
+
+def native_module(name: str) -> Any:
+    """One of ``NATIVE_MODULES`` when the core runs compiled, else None (its reference serves)."""
+    return importlib.import_module(name) if core_build() == "compiled" else None
 
 
 def core_build() -> str:

@@ -15,7 +15,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from rlmm.compiled import core_build
+from rlmm.compiled import native_module
 from rlmm.errors import DecodeError, WireError
 from rlmm.records import wire
 from rlmm.records.model import (
@@ -66,15 +66,7 @@ _SEGMENT_STATES: Final = tuple(SegmentState)
 _DELETE_STATES: Final = tuple(PartitionDeleteState)
 
 
-def _native_wire() -> Any:
-    if core_build() != "compiled":
-        return None
-    from rlmm.records import wire_native  # type: ignore[attr-defined]  # built with the compiled core
-
-    return wire_native
-
-
-_NATIVE: Final = _native_wire()
+_NATIVE: Final = native_module("rlmm.records.wire_native")
 # the usual shapes in C, each returning None for what the reference must decide
 _decode_common: Final[Callable[[bytes], RemoteLogMetadata | None] | None] = (
     None if _NATIVE is None else _NATIVE.decode_common

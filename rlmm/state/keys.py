@@ -8,8 +8,10 @@ Signed ints are stored with the sign bit flipped so that byte order equals numer
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Final
 
+from rlmm.compiled import native_module
 from rlmm.records.model import TopicIdPartition
 
 # column family names
@@ -86,6 +88,16 @@ _EPOCH_KEY: Final = struct.Struct(">4sI")
 _OFFSET_KEY: Final = struct.Struct(">4sIQ")
 EPOCH_PREFIX_LEN: Final = _EPOCH_KEY.size  # an offset key is its epoch prefix and the offset
 
+# the most frequent keys built in C first (rlmm/state/keys_native.pyx), which leaves what it is not sure of (None)
+# to the reference below
+_NATIVE: Final = native_module("rlmm.state.keys_native")
+_native_epoch_prefix: Final[Callable[[bytes, int], bytes | None] | None] = (
+    None if _NATIVE is None else _NATIVE.epoch_prefix
+)
+_native_offset_key: Final[Callable[[bytes, int, int], bytes | None] | None] = (
+    None if _NATIVE is None else _NATIVE.offset_key
+)
+
 SCHEMA_VERSION_KEY: Final = b"schema_version"
 NEXT_TPID_KEY: Final = b"next_tpid"
 
@@ -120,10 +132,26 @@ def read_epoch(data: bytes, pos: int) -> int:
 
 
 def epoch_prefix(tpid: bytes, epoch: int) -> bytes:
+    if _native_epoch_prefix is not None:
+        key = _native_epoch_prefix(tpid, epoch)
+        if key is not None:
+            return key
+    return reference_epoch_prefix(tpid, epoch)
+
+
+def reference_epoch_prefix(tpid: bytes, epoch: int) -> bytes:
     return _EPOCH_KEY.pack(tpid, epoch + _I32_FLIP)
 
 
 def offset_key(tpid: bytes, epoch: int, offset: int) -> bytes:
+    if _native_offset_key is not None:
+        key = _native_offset_key(tpid, epoch, offset)
+        if key is not None:
+            return key
+    return reference_offset_key(tpid, epoch, offset)
+
+
+def reference_offset_key(tpid: bytes, epoch: int, offset: int) -> bytes:
     return _OFFSET_KEY.pack(tpid, epoch + _I32_FLIP, offset + I64_FLIP)
 
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 import struct
 import zlib
 from bisect import insort
+from collections.abc import Callable
 from typing import Final, final
 
+from rlmm.compiled import native_module
 from rlmm.state import keys as K
 from rlmm.state.kv import ReadKV, WriteKV
 
@@ -34,7 +36,22 @@ BUCKET: Final = 16  # entries per bucket, on average
 Tails = dict[bytes, list[bytes] | None]
 
 
+# built in C first (rlmm/state/keys_native.pyx), which leaves what it is not sure of (None) to the reference
+_NATIVE: Final = native_module("rlmm.state.keys_native")
+_native_entry: Final[Callable[[int, int, bytes], bytes | None] | None] = (
+    None if _NATIVE is None else _NATIVE.timestamp_entry
+)
+
+
 def entry(max_timestamp_ms: int, end_offset: int, segment_id: bytes) -> bytes:
+    if _native_entry is not None:
+        packed = _native_entry(max_timestamp_ms, end_offset, segment_id)
+        if packed is not None:
+            return packed
+    return reference_entry(max_timestamp_ms, end_offset, segment_id)
+
+
+def reference_entry(max_timestamp_ms: int, end_offset: int, segment_id: bytes) -> bytes:
     return _ENTRY.pack(max_timestamp_ms + K.I64_FLIP, end_offset + K.I64_FLIP, segment_id)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from rlmm.compiled import core_build
+from rlmm.compiled import native_module
 from rlmm.state import maxtree
 from rlmm.state.kv import WriteKV
 
@@ -30,9 +30,6 @@ class TreeCache(Protocol):
 
 
 def new_tree_cache() -> TreeCache:
-    if core_build() == "compiled":
-        from rlmm.state import maxtree_native  # type: ignore[attr-defined]  # built with the compiled core
-
-        cache: TreeCache = maxtree_native.TreeCache()
-        return cache
-    return maxtree.TreeCache()
+    native = native_module("rlmm.state.maxtree_native")
+    cache: TreeCache = maxtree.TreeCache() if native is None else native.TreeCache()
+    return cache

@@ -1,0 +1,87 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The fold's most frequent keys built in C: an epoch's prefix, an offset-index key (``rlmm/state/keys.py``) and a
+max-timestamp entry (``rlmm/state/max_timestamp.py``), the references, which call these first when the core runs
+compiled. Each answers only a 4-byte tpid, a 16-byte segment id and ints in their ranges, and returns None for
+anything else, which the reference then packs or refuses. ``tests/test_native_keys.py`` checks that an answer is
+always the reference's.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
+from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+cdef enum:
+    TPID = 4
+    SEGMENT_ID = 16
+    EPOCH_PREFIX = 8  # tpid, epoch (sign-flipped)
+    OFFSET_KEY = 16  # the epoch's prefix, offset (sign-flipped)
+    TIMESTAMP_ENTRY = 32  # max timestamp and end offset (sign-flipped), segment id
+
+
+cdef inline bint _int(object value, int64_t low, int64_t high, int64_t* out):
+    """An exact int within [low, high] into ``out``; false for anything else."""
+    cdef int overflow = 0
+    if not PyLong_CheckExact(value):
+        return False
+    cdef long long v = PyLong_AsLongLongAndOverflow(value, &overflow)
+    if overflow or v < low or v > high:
+        return False
+    out[0] = v
+    return True
+
+
+cdef inline uint8_t* _put_u32(uint8_t* q, uint32_t v) noexcept nogil:
+    q[0] = v >> 24
+    q[1] = v >> 16
+    q[2] = v >> 8
+    q[3] = v
+    return q + 4
+
+
+cdef inline uint8_t* _put_flipped(uint8_t* q, int64_t v) noexcept nogil:
+    """A signed 64-bit value with its sign bit flipped, big-endian: its bytes sort as the values."""
+    cdef uint64_t u = <uint64_t>v ^ (<uint64_t>1 << 63)
+    _put_u32(q, <uint32_t>(u >> 32))
+    return _put_u32(q + 4, <uint32_t>u)
+
+
+cdef inline bint _sized(object value, Py_ssize_t size):
+    return type(value) is bytes and PyBytes_GET_SIZE(value) == size
+
+
+cdef inline uint8_t* _put_prefix(uint8_t* q, object tpid, int64_t epoch) noexcept:
+    memcpy(q, PyBytes_AS_STRING(tpid), TPID)
+    return _put_u32(q + TPID, <uint32_t>epoch ^ (<uint32_t>1 << 31))
+
+
+def epoch_prefix(tpid, epoch):
+    cdef int64_t e
+    if not (_sized(tpid, TPID) and _int(epoch, INT32_MIN, INT32_MAX, &e)):
+        return None
+    key = PyBytes_FromStringAndSize(NULL, EPOCH_PREFIX)
+    _put_prefix(<uint8_t*>PyBytes_AS_STRING(key), tpid, e)
+    return key
+
+
+def offset_key(tpid, epoch, offset):
+    cdef int64_t e, o
+    if not (_sized(tpid, TPID) and _int(epoch, INT32_MIN, INT32_MAX, &e) and _int(offset, INT64_MIN, INT64_MAX, &o)):
+        return None
+    key = PyBytes_FromStringAndSize(NULL, OFFSET_KEY)
+    _put_flipped(_put_prefix(<uint8_t*>PyBytes_AS_STRING(key), tpid, e), o)
+    return key
+
+
+def timestamp_entry(max_timestamp_ms, end_offset, segment_id):
+    cdef int64_t t, o
+    if not (
+        _sized(segment_id, SEGMENT_ID)
+        and _int(max_timestamp_ms, INT64_MIN, INT64_MAX, &t)
+        and _int(end_offset, INT64_MIN, INT64_MAX, &o)
+    ):
+        return None
+    entry = PyBytes_FromStringAndSize(NULL, TIMESTAMP_ENTRY)
+    cdef uint8_t* q = _put_flipped(_put_flipped(<uint8_t*>PyBytes_AS_STRING(entry), t), o)
+    memcpy(q, PyBytes_AS_STRING(segment_id), SEGMENT_ID)
+    return entry

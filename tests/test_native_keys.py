@@ -1,0 +1,104 @@
+"""The keys built in C (rlmm/state/keys_native.pyx) against their references (rlmm/state/keys.py,
+rlmm/state/max_timestamp.py): what the native side answers is the reference's key, byte for byte, and whatever the
+reference refuses or the native side is not sure of, it leaves (None).
+
+CI installs the compiled core, so the native module is required here: a missing one fails, it does not skip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlmm.compiled import core_build
+from rlmm.state import keys as K
+from rlmm.state import keys_native  # type: ignore[attr-defined]
+from rlmm.state import max_timestamp as MT
+
+FUZZ = settings(
+    max_examples=500,
+    deadline=None,
+    derandomize=bool(os.environ.get("CI")),
+    suppress_health_check=[HealthCheck.too_slow],
+)
+I32, I64 = 1 << 31, 1 << 63
+# ints at and beyond the bounds of the fields, and any other
+ints = st.one_of(
+    st.sampled_from([-I64 - 1, -I64, -I32 - 1, -I32, -1, 0, 1, I32 - 1, I32, I64 - 1, I64, 1 << 64]),
+    st.integers(-(1 << 70), 1 << 70),
+    st.integers(-I32, I32 - 1),
+)
+blobs = st.one_of(st.binary(min_size=4, max_size=4), st.binary(min_size=16, max_size=16), st.binary(max_size=20))
+others = st.sampled_from([True, 1.0, "abcd", None, bytearray(4)])
+
+CASES: list[tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]] = [
+    (keys_native.epoch_prefix, K.reference_epoch_prefix, (blobs, ints)),
+    (keys_native.offset_key, K.reference_offset_key, (blobs, ints, ints)),
+    (keys_native.timestamp_entry, MT.reference_entry, (ints, ints, blobs)),
+]
+
+
+def check(native: Callable[..., Any], reference: Callable[..., Any], args: tuple[Any, ...]) -> bytes | None:
+    answer = native(*args)
+    try:
+        expected = reference(*args)
+    except Exception:  # noqa: BLE001  # whatever the reference refuses, the native side leaves
+        assert answer is None, f"the reference refuses {args}, the native side built {answer!r}"
+        return None
+    assert answer is None or answer == expected, args
+    return answer
+
+
+@pytest.mark.parametrize("native, reference, strategies", CASES, ids=["epoch_prefix", "offset_key", "timestamp_entry"])
+@FUZZ
+@given(data=st.data())
+def test_native_keys_are_the_references(
+    native: Callable[..., Any], reference: Callable[..., Any], strategies: tuple[Any, ...], data: st.DataObject
+) -> None:
+    args = tuple(
+        data.draw(st.one_of(strategy, others) if data.draw(st.integers(0, 9)) == 0 else strategy)
+        for strategy in strategies
+    )
+    check(native, reference, args)
+
+
+def test_the_usual_keys_are_answered() -> None:
+    tpid, segment_id = b"\x00\x00\x01\x02", bytes(range(16))
+    for epoch in (-I32, -1, 0, 1, 7, I32 - 1):
+        assert check(keys_native.epoch_prefix, K.reference_epoch_prefix, (tpid, epoch)) is not None
+        for offset in (-I64, -1, 0, 1, 123_456_789, I64 - 1):
+            assert check(keys_native.offset_key, K.reference_offset_key, (tpid, epoch, offset)) is not None
+            assert check(keys_native.timestamp_entry, MT.reference_entry, (epoch, offset, segment_id)) is not None
+
+
+@pytest.mark.parametrize(
+    "native, args",
+    [
+        (keys_native.epoch_prefix, (b"abc", 1)),  # the reference pads a short tpid
+        (keys_native.epoch_prefix, (b"abcde", 1)),  # and cuts a long one
+        (keys_native.epoch_prefix, (b"abcd", I32)),
+        (keys_native.epoch_prefix, (b"abcd", True)),
+        (keys_native.offset_key, (b"abcd", 1, I64)),
+        (keys_native.offset_key, (b"abcd", 1, -I64 - 1)),
+        (keys_native.timestamp_entry, (1, 2, bytes(15))),
+        (keys_native.timestamp_entry, (1, 2, bytearray(16))),
+        (keys_native.timestamp_entry, (1 << 64, 2, bytes(16))),
+    ],
+)
+def test_unusual_keys_are_left_to_the_reference(native: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    assert native(*args) is None
+
+
+def test_the_references_call_the_native_side_with_the_compiled_core() -> None:
+    compiled = core_build() == "compiled"
+    assert (K._native_epoch_prefix is keys_native.epoch_prefix) == compiled
+    assert (K._native_offset_key is keys_native.offset_key) == compiled
+    assert (MT._native_entry is keys_native.timestamp_entry) == compiled
+    assert K.epoch_prefix(b"abcd", 3) == K.reference_epoch_prefix(b"abcd", 3)
+    assert K.offset_key(b"abcd", 3, 9) == K.reference_offset_key(b"abcd", 3, 9)
+    assert MT.entry(5, 9, bytes(16)) == MT.reference_entry(5, 9, bytes(16))
