@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Final, final
 
-from rlmm.records.model import SegmentMetadata, SegmentState
+from rlmm.records.model import COPY_SEGMENT_FINISHED, SegmentMetadata
 from rlmm.state import keys as K
 from rlmm.state import timestamp_index as TI
 from rlmm.state.kv import ReadKV, WriteKV
@@ -159,7 +159,7 @@ class EpochIndex:
 
     def finished_unreferenced(self, tpid: bytes, segment: SegmentMetadata) -> list[int]:
         """The epochs where the segment is listed as finished and unreferenced (none while it is not finished)."""
-        if segment.state is not SegmentState.COPY_SEGMENT_FINISHED:
+        if segment.state is not COPY_SEGMENT_FINISHED:
             return []
         return [epoch for epoch, flags in self.memberships(tpid, segment.segment_id).items() if flags & UNREFERENCED]
 
@@ -167,7 +167,7 @@ class EpochIndex:
         """The segment's transition is applied: it was finished and unreferenced in the epochs ``before``. (The
         epochs where it is left so: evicted there, or tracked under an epoch that a re-add with other epochs left
         behind.)"""
-        if before or segment.state is SegmentState.COPY_SEGMENT_FINISHED:
+        if before or segment.state is COPY_SEGMENT_FINISHED:
             TI.move_finished_unreferenced(self.kv, tpid, segment, before, self.finished_unreferenced(tpid, segment))
 
     def resize(self, tpid: bytes, segment_id: bytes, old_size: int | None, new_size: int | None) -> bool:
@@ -220,7 +220,7 @@ class EpochIndex:
             self._unreferenced_add(
                 er, tpid, epoch, segment_id, None if segment is None else segment.segment_size_in_bytes
             )
-            if segment is not None and segment.state is SegmentState.COPY_SEGMENT_FINISHED:
+            if segment is not None and segment.state is COPY_SEGMENT_FINISHED:
                 TI.add_finished_unreferenced(kv, tpid, epoch, segment.start_offset, segment_id)
 
     # ---- membership and the unreferenced set -----------------------------------------------------------------------

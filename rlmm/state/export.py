@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rlmm.errors import StateError
-from rlmm.records.model import PartitionDelete, SegmentMetadata, SegmentState, TopicIdPartition
+from rlmm.records.model import COPY_SEGMENT_FINISHED, PartitionDelete, SegmentMetadata, TopicIdPartition
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.state import keys as K
 from rlmm.state import max_timestamp as MT
@@ -126,7 +126,7 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
         referenced: list[tuple[int, SegmentMetadata, bytes]] = []
         for start, segment_id in es.referenced:
             finished = by_id.get(segment_id)
-            if finished is None or finished.state is not SegmentState.COPY_SEGMENT_FINISHED:
+            if finished is None or finished.state is not COPY_SEGMENT_FINISHED:
                 raise StateError(
                     f"epoch {es.epoch} of {tp} references segment {segment_id.hex()}, which is not a "
                     f"finished segment of the partition"

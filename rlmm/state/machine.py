@@ -18,8 +18,12 @@ from __future__ import annotations
 from typing import Final
 
 from rlmm.records.model import (
+    COPY_SEGMENT_FINISHED,
+    COPY_SEGMENT_STARTED,
+    DELETE_PARTITION_FINISHED,
+    DELETE_SEGMENT_FINISHED,
+    DELETE_SEGMENT_STARTED,
     PartitionDelete,
-    PartitionDeleteState,
     RemoteLogMetadata,
     SegmentMetadata,
     SegmentSnapshot,
@@ -45,14 +49,13 @@ from rlmm.state.rows import EpochRow, PartitionRow
 from rlmm.state.segment_rows import SegmentRows
 from rlmm.state.trees import TreeCache
 
-_S: Final = SegmentState
 # RemoteLogSegmentState.isValidTransition: source state (None = unknown segment) -> allowed targets
 VALID_TRANSITIONS: dict[SegmentState | None, frozenset[SegmentState]] = {
-    None: frozenset({_S.COPY_SEGMENT_STARTED}),
-    _S.COPY_SEGMENT_STARTED: frozenset({_S.COPY_SEGMENT_STARTED, _S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED}),
-    _S.COPY_SEGMENT_FINISHED: frozenset({_S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED}),
-    _S.DELETE_SEGMENT_STARTED: frozenset({_S.DELETE_SEGMENT_STARTED, _S.DELETE_SEGMENT_FINISHED}),
-    _S.DELETE_SEGMENT_FINISHED: frozenset({_S.DELETE_SEGMENT_FINISHED}),
+    None: frozenset({COPY_SEGMENT_STARTED}),
+    COPY_SEGMENT_STARTED: frozenset({COPY_SEGMENT_STARTED, COPY_SEGMENT_FINISHED, DELETE_SEGMENT_STARTED}),
+    COPY_SEGMENT_FINISHED: frozenset({COPY_SEGMENT_FINISHED, DELETE_SEGMENT_STARTED}),
+    DELETE_SEGMENT_STARTED: frozenset({DELETE_SEGMENT_STARTED, DELETE_SEGMENT_FINISHED}),
+    DELETE_SEGMENT_FINISHED: frozenset({DELETE_SEGMENT_FINISHED}),
 }
 
 MARK_READY_ERROR: Final = "NullPointerException"  # Kafka's markInitialized on a partition without a cache
@@ -196,10 +199,10 @@ class StateMachine:
 
     def _add_copy_in_progress(self, row: PartitionRow, segment: SegmentMetadata) -> ApplyResult:
         # an add only brings a segment in (COPY_SEGMENT_STARTED): later states come as updates of it
-        if segment.state is not _S.COPY_SEGMENT_STARTED:
+        if segment.state is not COPY_SEGMENT_STARTED:
             return handle_error("IllegalArgumentException")
         existing = self._segment(row.tpid, segment.segment_id)
-        if _S.COPY_SEGMENT_STARTED not in VALID_TRANSITIONS[existing.state if existing else None]:
+        if COPY_SEGMENT_STARTED not in VALID_TRANSITIONS[existing.state if existing else None]:
             return IGNORED_INVALID_TRANSITION
         self._put_segment(row, existing, segment)
         for epoch, _ in segment.segment_leader_epochs:
@@ -213,7 +216,7 @@ class StateMachine:
         target = update.state
         if target not in VALID_TRANSITIONS[existing.state]:  # logged and dropped
             return IGNORED_INVALID_TRANSITION
-        if target is _S.COPY_SEGMENT_STARTED:  # only an add may start a segment
+        if target is COPY_SEGMENT_STARTED:  # only an add may start a segment
             return handle_error("IllegalArgumentException")
         updated = SegmentMetadata(  # RemoteLogSegmentMetadata.createWithUpdates
             existing.tp,
@@ -230,9 +233,9 @@ class StateMachine:
             existing.txn_index_empty,
             existing.unknown_tags,
         )
-        if target is _S.COPY_SEGMENT_FINISHED:
+        if target is COPY_SEGMENT_FINISHED:
             self._copy_segment_finished(row, existing, updated)
-        elif target is _S.DELETE_SEGMENT_STARTED:
+        elif target is DELETE_SEGMENT_STARTED:
             self._delete_segment_started(row, existing, updated)
         else:
             self._delete_segment_finished(row, existing, updated)
@@ -267,7 +270,7 @@ class StateMachine:
     # ---- RemotePartitionMetadataStore ----------------------------------------------------------
 
     def _partition_delete(self, row: PartitionRow, record: PartitionDelete) -> ApplyResult:
-        if record.state is PartitionDeleteState.DELETE_PARTITION_FINISHED:
+        if record.state is DELETE_PARTITION_FINISHED:
             # the partition's segments are all deleted: its cache and delete marker go
             self._drop_partition_data(row)
             row.removed, row.ready, row.delete_record = True, False, b""
@@ -321,6 +324,6 @@ class StateMachine:
 
 def segment_max_timestamp_entry(segment: SegmentMetadata | None) -> bytes | None:
     """The segment's entry in the max-timestamp index, which holds the COPY_SEGMENT_FINISHED segments."""
-    if segment is None or segment.state is not _S.COPY_SEGMENT_FINISHED:
+    if segment is None or segment.state is not COPY_SEGMENT_FINISHED:
         return None
     return MT.entry(segment.max_timestamp_ms, segment.end_offset, segment.segment_id)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from rlmm.records.model import SegmentMetadata, SegmentState
+from rlmm.records.model import COPY_SEGMENT_FINISHED, SegmentMetadata
 from rlmm.state import keys as K
 from rlmm.state import maxtree
 from rlmm.state.kv import ReadKV, WriteKV, scan
@@ -81,5 +81,5 @@ def qualifies(segment: SegmentMetadata, timestamp: int, starting_offset: int) ->
     return (
         segment.max_timestamp_ms >= timestamp
         and segment.end_offset >= starting_offset
-        and segment.state is SegmentState.COPY_SEGMENT_FINISHED
+        and segment.state is COPY_SEGMENT_FINISHED
     )
