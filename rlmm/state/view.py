@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -60,7 +59,9 @@ class Batch:
         a ``CountingStagedKV``, and each event's changes are flushed to it as the event is applied)."""
         self.stage = stage
         self.machine = machine
-        self.counts: Counter[str] = Counter()
+        # applied events by outcome; a plain dict: a Counter, a Python subclass of dict, costs ~1,400 instructions
+        # per event as the compiled apply counts each
+        self.counts: dict[str, int] = {}
         self.row_counts = row_counts
 
     def apply(self, metadata_partition: int, offset: int, value: bytes | None) -> ApplyResult:
@@ -93,11 +94,11 @@ class Batch:
     ) -> ApplyResult:
         if not isinstance(decoded, DecodeError):
             result = self.machine.handle(decoded, offset)
-            self.counts[result.counter] += 1
+            self.counts[result.counter] = self.counts.get(result.counter, 0) + 1
             return result
         key = K.quarantine_key(metadata_partition, offset)
         if self.stage.get(K.QUARANTINE, key) is None:  # a record read again (a consumer's rewind) counts once
-            self.counts["quarantined"] += 1
+            self.counts["quarantined"] = self.counts.get("quarantined", 0) + 1
         self.stage.put(K.QUARANTINE, key, QuarantinedRecord.of(metadata_partition, offset, value, decoded).pack())
         return ApplyResult("error", stage="deserialize", error=decoded.kafka_exception, cause=decoded.kafka_cause)
 
