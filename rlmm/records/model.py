@@ -54,11 +54,14 @@ class TopicIdPartition:
     topic_id: bytes  # 16 bytes, most significant byte first
     topic: str
     partition: int
+    # the fold looks a partition up by it a few times per event: computed once
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __init__(self, topic_id: bytes, topic: str, partition: int) -> None:
         self.topic_id = topic_id
         self.topic = topic
         self.partition = partition
+        self._hash = hash((topic_id, topic, partition))
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -69,7 +72,7 @@ class TopicIdPartition:
         )
 
     def __hash__(self) -> int:
-        return hash((self.topic_id, self.topic, self.partition))
+        return self._hash
 
     def __reduce__(self) -> tuple[object, ...]:
         return _reduce(self)
@@ -240,7 +243,7 @@ class SegmentSnapshot:
 
 def _reduce(record: Any) -> tuple[object, ...]:
     """Pickling by constructor arguments (a compiled class cannot be built without them)."""
-    return type(record), tuple(getattr(record, f.name) for f in dataclasses.fields(record))
+    return type(record), tuple(getattr(record, f.name) for f in dataclasses.fields(record) if f.init)
 
 
 RemoteLogMetadata = SegmentMetadata | SegmentUpdate | PartitionDelete | SegmentSnapshot
