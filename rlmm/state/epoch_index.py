@@ -227,14 +227,13 @@ class EpochIndex:
 
     def memberships(self, tpid: bytes, segment_id: bytes) -> dict[int, int]:
         """Epoch -> membership flags of one segment (cached for the batch, written back with the segment's row)."""
-        return self.segments.members(tpid + segment_id)
+        return self.segments.members(tpid, segment_id)
 
     def _membership(
         self, er: EpochRow, tpid: bytes, epoch: int, segment_id: bytes, flag: int, on: bool, size: int | None
     ) -> bool:
         """Set or clear one membership flag of a segment in an epoch; returns whether it changed."""
-        key = tpid + segment_id
-        members = self.segments.members(key)
+        members = self.segments.members(tpid, segment_id)
         flags = members.get(epoch, 0)
         new_flags = flags | flag if on else flags & ~flag
         if new_flags == flags:
@@ -243,7 +242,7 @@ class EpochIndex:
             members[epoch] = new_flags
         else:
             del members[epoch]
-        self.segments.members_changed(key)
+        self.segments.members_changed(tpid, segment_id)
         _add_contribution(er, size, 1 if on else -1)
         return True
 

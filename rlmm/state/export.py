@@ -113,9 +113,8 @@ def write_partition_state(kv: WriteKV, state: PartitionState, tpid: bytes | None
         if segment.segment_id in by_id:
             raise StateError(f"segment {segment.segment_id.hex()} twice in partition {tp}")
         by_id[segment.segment_id] = segment
-        key = tpid + segment.segment_id
-        segment_rows.set_metadata(key, segment)
-        encoded[segment.segment_id] = segment_rows.encode(key, segment)
+        segment_rows.set_metadata(tpid, segment.segment_id, segment)
+        encoded[segment.segment_id] = segment_rows.encode(tpid, segment.segment_id, segment)
         max_timestamp = segment_max_timestamp_entry(segment)
         if max_timestamp is not None:
             max_timestamps.append(max_timestamp)

@@ -291,10 +291,10 @@ class StateMachine:
 
     def _encode(self, tpid: bytes, segment: SegmentMetadata) -> bytes:
         """The segment's topic value, encoded once per version of the segment."""
-        return self._segments.encode(tpid + segment.segment_id, segment)
+        return self._segments.encode(tpid, segment.segment_id, segment)
 
     def _segment(self, tpid: bytes, segment_id: bytes) -> SegmentMetadata | None:
-        return self._segments.metadata(tpid + segment_id)
+        return self._segments.metadata(tpid, segment_id)
 
     def _put_segment(self, row: PartitionRow, old: SegmentMetadata | None, new: SegmentMetadata | None) -> None:
         """Replace a segment's metadata (None = absent) and keep every aggregate that depends on it."""
@@ -302,7 +302,7 @@ class StateMachine:
         some = old if old is not None else new
         assert some is not None
         segment_id = some.segment_id
-        self._segments.set_metadata(tpid + segment_id, new)
+        self._segments.set_metadata(tpid, segment_id, new)
         old_size = None if old is None else old.segment_size_in_bytes
         new_size = None if new is None else new.segment_size_in_bytes
         row.total_size += (new_size or 0) - (old_size or 0)

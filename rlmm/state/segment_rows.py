@@ -20,7 +20,7 @@ from rlmm.state.rows import pack_segment_row, segment_row_value, unpack_membersh
 class _Row:
     """One segment's row as the batch sees it."""
 
-    __slots__ = ("stored", "value", "metadata", "decoded", "members")
+    __slots__ = ("stored", "value", "metadata", "decoded", "members", "dirty", "encoded_from", "encoded")
 
     def __init__(self, stored: bool, value: bytes, members: dict[int, int]) -> None:
         self.stored = stored  # whether the KV held it when it was read
@@ -28,81 +28,94 @@ class _Row:
         self.metadata: SegmentMetadata | None = None
         self.decoded = not value  # whether ``metadata`` is the metadata
         self.members = members
+        self.dirty = False  # whether ``flush`` writes it
+        self.encoded_from: SegmentMetadata | None = None  # the version of the segment last encoded, into ``encoded``
+        self.encoded = b""
 
 
 @final
 class SegmentRows:
+    """Rows are found by tpid, then segment id: the fold passes the same tpid and segment id objects around, whose
+    hashes Python keeps, where one key joined from them would be a new object to hash at every call."""
+
     def __init__(self, kv: WriteKV) -> None:
         self.kv = kv
-        self._rows: dict[bytes, _Row] = {}  # tpid|segment id -> row
-        self._dirty: set[bytes] = set()
-        self._encoded: dict[bytes, tuple[SegmentMetadata, bytes]] = {}  # tpid|segment id -> latest encoding
+        self._rows: dict[bytes, dict[bytes, _Row]] = {}  # tpid -> segment id -> row
+        self._dirty: list[tuple[bytes, bytes, _Row]] = []
 
-    def _row(self, key: bytes) -> _Row:
-        row = self._rows.get(key)
+    def _row(self, tpid: bytes, segment_id: bytes) -> _Row:
+        rows = self._rows.get(tpid)
+        if rows is None:
+            rows = self._rows[tpid] = {}
+        row = rows.get(segment_id)
         if row is None:
-            raw = self.kv.get(K.SEGMENTS, key)
+            raw = self.kv.get(K.SEGMENTS, tpid + segment_id)
             if raw is None:
                 row = _Row(False, b"", {})
             else:
                 row = _Row(True, segment_row_value(raw), unpack_memberships(raw))
-            self._rows[key] = row
+            rows[segment_id] = row
         return row
 
-    def metadata(self, key: bytes) -> SegmentMetadata | None:
+    def _changed(self, tpid: bytes, segment_id: bytes, row: _Row) -> None:
+        if not row.dirty:
+            row.dirty = True
+            self._dirty.append((tpid, segment_id, row))
+
+    def metadata(self, tpid: bytes, segment_id: bytes) -> SegmentMetadata | None:
         """The segment's metadata (None: absent)."""
-        row = self._row(key)
+        row = self._row(tpid, segment_id)
         if not row.decoded:
             row.metadata = decode_segment(row.value)
             row.decoded = True
         return row.metadata
 
-    def set_metadata(self, key: bytes, segment: SegmentMetadata | None) -> None:
-        row = self._row(key)
+    def set_metadata(self, tpid: bytes, segment_id: bytes, segment: SegmentMetadata | None) -> None:
+        row = self._row(tpid, segment_id)
         row.metadata = segment
         row.decoded = True
         row.value = b""  # encoded by ``flush``
-        self._dirty.add(key)
+        self._changed(tpid, segment_id, row)
 
-    def members(self, key: bytes) -> dict[int, int]:
+    def members(self, tpid: bytes, segment_id: bytes) -> dict[int, int]:
         """Epoch -> membership flags of the segment; the caller calls ``members_changed`` after changing them."""
-        return self._row(key).members
+        return self._row(tpid, segment_id).members
 
-    def members_changed(self, key: bytes) -> None:
-        self._dirty.add(key)
+    def members_changed(self, tpid: bytes, segment_id: bytes) -> None:
+        self._changed(tpid, segment_id, self._row(tpid, segment_id))
 
-    def encode(self, key: bytes, segment: SegmentMetadata) -> bytes:
+    def encode(self, tpid: bytes, segment_id: bytes, segment: SegmentMetadata) -> bytes:
         """The segment's topic value, encoded once per version of the segment."""
-        cached = self._encoded.get(key)
-        if cached is None or cached[0] is not segment:
-            cached = self._encoded[key] = (segment, encode_value(segment))
-        return cached[1]
+        return _encoding(self._row(tpid, segment_id), segment)
 
     def flush(self) -> None:
         """Write the changed rows back to the KV."""
         kv = self.kv
-        for key in self._dirty:
-            row = self._rows[key]
+        for tpid, segment_id, row in self._dirty:
             value = row.value  # as stored, unless ``set_metadata`` cleared it
             if not value and row.metadata is not None:
-                value = self.encode(key, row.metadata)
+                value = _encoding(row, row.metadata)
             if value or row.members:
                 if row.stored:
-                    kv.put(K.SEGMENTS, key, pack_segment_row(row.members, value))
+                    kv.put(K.SEGMENTS, tpid + segment_id, pack_segment_row(row.members, value))
                 else:
-                    kv.put_new(K.SEGMENTS, key, pack_segment_row(row.members, value))
+                    kv.put_new(K.SEGMENTS, tpid + segment_id, pack_segment_row(row.members, value))
             elif row.stored:
-                kv.delete(K.SEGMENTS, key)
+                kv.delete(K.SEGMENTS, tpid + segment_id)
         self._rows.clear()
         self._dirty.clear()
-        self._encoded.clear()
 
     def forget(self, tpid: bytes) -> None:
         """Drop what is cached of a partition whose rows were deleted."""
-        for cache in (self._rows, self._encoded):
-            for key in [k for k in cache if k.startswith(tpid)]:
-                del cache[key]
-        self._dirty = {k for k in self._dirty if not k.startswith(tpid)}
+        self._rows.pop(tpid, None)
+        self._dirty = [changed for changed in self._dirty if changed[0] != tpid]
+
+
+def _encoding(row: _Row, segment: SegmentMetadata) -> bytes:
+    if row.encoded_from is not segment:
+        row.encoded = encode_value(segment)
+        row.encoded_from = segment
+    return row.encoded
 
 
 def load_segment(kv: ReadKV, tpid: bytes, segment_id: bytes) -> SegmentMetadata | None:
