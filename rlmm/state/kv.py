@@ -131,6 +131,9 @@ class MemoryKV:
         del order[start:end]
 
 
+_NOT_STAGED: Final = b"not staged"  # by identity: what a stage's table gives for a key it does not hold
+
+
 class StagedKV:
     """Pending writes over a read-only base; reads see base + pending.
 
@@ -144,7 +147,7 @@ class StagedKV:
         self.pending: dict[str, dict[bytes, bytes | None]] = {}  # None marks a deletion
         self.deleted_prefixes: dict[str, list[bytes]] = {}
         self._order: dict[str, list[bytes]] = {}
-        self._fresh: set[tuple[str, bytes]] = set()  # pending puts of keys the base does not hold
+        self._fresh: dict[str, set[bytes]] = {}  # pending puts of keys the base does not hold, by column family
 
     def _hidden_in_base(self, cf: str, key: bytes) -> bool:
         prefixes = self.deleted_prefixes.get(cf)
@@ -152,8 +155,10 @@ class StagedKV:
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         table = self.pending.get(cf)
-        if table is not None and key in table:
-            return table[key]
+        if table is not None:
+            value = table.get(key, _NOT_STAGED)
+            if value is not _NOT_STAGED:
+                return value
         if self._hidden_in_base(cf, key):
             return None
         return self.base.get(cf, key)
@@ -243,12 +248,16 @@ class StagedKV:
     def put_new(self, cf: str, key: bytes, value: bytes) -> None:
         table = self.pending.get(cf)
         if table is None or key not in table:  # untouched by this stage and absent: absent from the base
-            self._fresh.add((cf, key))
+            fresh = self._fresh.get(cf)
+            if fresh is None:
+                fresh = self._fresh[cf] = set()
+            fresh.add(key)
         self._set(cf, key, value)
 
     def delete(self, cf: str, key: bytes) -> None:
-        if (cf, key) in self._fresh:  # never reached the base: forget it instead of writing a tombstone
-            self._fresh.discard((cf, key))
+        fresh = self._fresh.get(cf)
+        if fresh is not None and key in fresh:  # never reached the base: forget it instead of writing a tombstone
+            fresh.discard(key)
             del self.pending[cf][key]
             order = self._order.get(cf)
             if order is not None:
@@ -259,9 +268,11 @@ class StagedKV:
     def delete_prefix(self, cf: str, prefix: bytes) -> None:
         table = self.pending.get(cf)
         if table:
+            fresh = self._fresh.get(cf)
             for k in [k for k in table if k.startswith(prefix)]:
                 del table[k]
-                self._fresh.discard((cf, k))
+                if fresh is not None:
+                    fresh.discard(k)
             self._order.pop(cf, None)
         self.deleted_prefixes.setdefault(cf, []).append(prefix)
 
