@@ -31,11 +31,10 @@ cdef object _UPDATE = SegmentUpdate
 cdef object _TP = TopicIdPartition
 cdef tuple _STATES = tuple(SegmentState)
 cdef bytes _HEAD_SEGMENT = b"\x01\x00\x00"  # frame version 1, api key 0, version 0
-# the partitions met last, by their bytes on the wire (topic name, id, partition), in slots chosen by id and partition:
-# the records of a partition share one TopicIdPartition while it keeps its slot (they are values, and a dict keyed
-# by them finds the one it holds by identity)
-cdef list _PARTITION_WIRES = [b""] * PARTITION_SLOTS
-cdef list _PARTITIONS = [None] * PARTITION_SLOTS
+# the partitions met last, as (their bytes on the wire: topic name, id, partition; their TopicIdPartition), in slots
+# chosen by id and partition: the records of a partition share one TopicIdPartition while it keeps its slot (they are
+# values, and a dict keyed by them finds the one it holds by identity). A slot is replaced whole, by one store.
+cdef list _PARTITIONS = [(b"", None)] * PARTITION_SLOTS
 
 
 cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:
@@ -76,16 +75,16 @@ cdef object _partition(const uint8_t* p, Py_ssize_t end, Py_ssize_t* at):
     at[0] = name + length + UUID + 4
     cdef Py_ssize_t size = at[0] - start
     cdef Py_ssize_t slot = (_u32(h) ^ (_u32(h + UUID) * <uint32_t>0x9E3779B1)) % PARTITION_SLOTS
-    cdef bytes known = _PARTITION_WIRES[slot]
-    if PyBytes_GET_SIZE(known) == size and memcmp(PyBytes_AS_STRING(known), p + start, size) == 0:
-        return _PARTITIONS[slot]
+    cdef tuple known = _PARTITIONS[slot]
+    cdef bytes wire = known[0]
+    if PyBytes_GET_SIZE(wire) == size and memcmp(PyBytes_AS_STRING(wire), p + start, size) == 0:
+        return known[1]
     tp = _TP(
         PyBytes_FromStringAndSize(<const char*>h, UUID),
         PyUnicode_DecodeUTF8(<const char*>p + name, length, "replace"),
         _i32(h + UUID),
     )
-    _PARTITION_WIRES[slot] = PyBytes_FromStringAndSize(<const char*>p + start, size)
-    _PARTITIONS[slot] = tp
+    _PARTITIONS[slot] = (PyBytes_FromStringAndSize(<const char*>p + start, size), tp)
     return tp
 
 
