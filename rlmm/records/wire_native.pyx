@@ -20,7 +20,8 @@ from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, Top
 
 cdef enum:
     UUID = 16
-    SEGMENT_HEAD = 75  # topic id, partition, tags, segment id, tags, start, end, broker, max ts, event ts, epochs
+    SEGMENT_RUN = 37  # start, end, broker, max ts, event ts, epoch count
+    SEGMENT_HEAD = 75  # topic id, partition, tags, segment id, tags, then the segment's run
     EPOCH_ENTRY = 13  # leader epoch, start offset, tags
     MAX_STRING_LENGTH = 0x7FFF
     MAX_EPOCHS = 126  # whose count takes one byte
@@ -120,19 +121,29 @@ cdef object _epochs(const uint8_t* p, Py_ssize_t count):
     return epochs
 
 
+cdef object _segment_id_entry(const uint8_t* p, Py_ssize_t end, Py_ssize_t* at, Py_ssize_t* segment_id):
+    """The RemoteLogSegmentIdEntry at ``at[0]`` (a TopicIdPartitionEntry, a segment id), both without tags: its
+    partition, or None. ``at[0]`` moves past it; ``segment_id[0]`` is where its segment id is."""
+    tp = _partition(p, end, at)
+    cdef Py_ssize_t i = at[0]
+    if tp is None or i + 1 + UUID + 1 > end or p[i] or p[i + 1 + UUID]:
+        return None
+    segment_id[0] = i + 1
+    at[0] = i + 1 + UUID + 1
+    return tp
+
+
 cdef object _segment(const uint8_t* p, Py_ssize_t end):
-    cdef Py_ssize_t at = 3
-    tp = _partition(p, end, &at)
-    if tp is None or at + SEGMENT_HEAD - UUID - 4 > end:
+    cdef Py_ssize_t at = 3, segment_id
+    tp = _segment_id_entry(p, end, &at, &segment_id)
+    if tp is None or at + SEGMENT_RUN > end:
         return None
-    cdef const uint8_t* h = p + at - UUID - 4
-    if h[20] or h[37]:  # tags of the topic-id-partition and of the segment id
-        return None
-    cdef int64_t start = _i64(h + 38), stop = _i64(h + 46)
-    cdef Py_ssize_t count = <Py_ssize_t>h[74] - 1
+    cdef const uint8_t* r = p + at
+    cdef int64_t start = _i64(r), stop = _i64(r + 8)
+    cdef Py_ssize_t count = <Py_ssize_t>r[36] - 1
     if not 0 < count < 0x7F or start < 0 or stop < start:
         return None
-    at += SEGMENT_HEAD - UUID - 4
+    at += SEGMENT_RUN
     if at + EPOCH_ENTRY * count + 7 > end:  # the epochs, size, custom metadata, state, tags
         return None
     epochs = _epochs(p + at, count)
@@ -156,12 +167,12 @@ cdef object _segment(const uint8_t* p, Py_ssize_t end):
         return None
     return _SEGMENT(
         tp,
-        PyBytes_FromStringAndSize(<const char*>h + 21, UUID),
+        PyBytes_FromStringAndSize(<const char*>p + segment_id, UUID),
         start,
         stop,
-        _i32(h + 54),
-        _i64(h + 58),
-        _i64(h + 66),
+        _i32(r + 16),
+        _i64(r + 20),
+        _i64(r + 28),
         epochs,
         size,
         custom,
@@ -172,14 +183,10 @@ cdef object _segment(const uint8_t* p, Py_ssize_t end):
 
 
 cdef object _update(const uint8_t* p, Py_ssize_t end):
-    cdef Py_ssize_t at = 3
-    tp = _partition(p, end, &at)
-    if tp is None or at + UUID + 2 + 12 + 3 > end:
+    cdef Py_ssize_t at = 3, segment_id
+    tp = _segment_id_entry(p, end, &at, &segment_id)
+    if tp is None or at + 12 + 3 > end:  # broker, event ts, then at least custom metadata, state, tags
         return None
-    cdef const uint8_t* h = p + at - UUID - 4
-    if h[20] or h[37]:
-        return None
-    at += UUID + 2
     cdef int32_t broker = _i32(p + at)
     cdef int64_t event_ts = _i64(p + at + 4)
     at += 12
@@ -189,7 +196,7 @@ cdef object _update(const uint8_t* p, Py_ssize_t end):
         return None
     return _UPDATE(
         tp,
-        PyBytes_FromStringAndSize(<const char*>h + 21, UUID),
+        PyBytes_FromStringAndSize(<const char*>p + segment_id, UUID),
         broker,
         event_ts,
         custom,
