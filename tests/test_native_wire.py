@@ -233,3 +233,17 @@ def test_the_records_of_a_partition_share_its_topic_partition() -> None:
         reference = serde._reference_decode(value)
         assert a.tp == reference.tp and b.tp == reference.tp
     assert wire_native.decode_common(values[0]).tp is wire_native.decode_common(values[0]).tp
+
+
+@pytest.mark.parametrize("path", ["segment_id.topic_id_partition", "segment_id"])
+def test_tags_inside_the_segment_id_are_left_to_the_reference(path: str) -> None:
+    """A tag section inside the segment id, of every size up to 23 bytes and every byte value: a reader that took
+    its count for an empty section would read the fields after it shifted, and some of them (a length byte that
+    happens to fit) parse whole."""
+    tp = TopicIdPartition(TOPIC_ID, "orders", 3)
+    for size in range(24):
+        for byte in range(256):
+            tags = ((path, 5, bytes([byte]) * size),)
+            update = SegmentUpdate(tp, SEGMENT_ID, 1, 5, None, SegmentState.COPY_SEGMENT_FINISHED, tags)
+            for record in (update, segment(unknown_tags=tags)):
+                assert check_decode(serde._reference_encode(record)) is None
