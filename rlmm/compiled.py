@@ -41,6 +41,9 @@ COMPILED_MODULES = (
     "rlmm.state.epoch_index",
     "rlmm.state.machine",
     "rlmm.state.rocks",
+    "rlmm.state.commit_clock",
+    "rlmm.state.offset_cache",
+    "rlmm.state.queries",
     "rlmm.state.view",
 )
 # the fold's native parts (Cython), each beside the interpreted reference it replaces when the core runs compiled

@@ -402,11 +402,22 @@ def test_no_field_values_make_the_server_fail(view_server, tp, epoch, offset, st
                 ), (method, answer.details())
 
 
-def test_an_unexpected_error_is_internal_and_the_server_goes_on(view_server, monkeypatch) -> None:
-    def broken(*args):
+class BrokenMaxTimestamp:
+    """The view's queries, with a bug in ``max_timestamp``."""
+
+    def __init__(self, queries) -> None:
+        self._queries = queries
+
+    def __getattr__(self, name: str):
+        return getattr(self._queries, name)
+
+    def max_timestamp(self, *args):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(view_server.backend.queries, "max_timestamp", broken)
+
+def test_an_unexpected_error_is_internal_and_the_server_goes_on(view_server, monkeypatch) -> None:
+    queries = BrokenMaxTimestamp(view_server.backend.queries)
+    monkeypatch.setattr(type(view_server.backend), "queries", property(lambda backend: queries))
     with RlmmClient(f"127.0.0.1:{view_server.port}") as rlmm:
         with pytest.raises(Exception) as failed:
             rlmm.max_timestamp(TP)

@@ -140,17 +140,16 @@ def test_a_commit_between_a_lookups_read_and_what_it_keeps(tmp_path: Path) -> No
     with View(tmp_path / "view") as view:
         first = segment(TP, 0, 99)
         fill_view(view, TP, [first])
-        cache = view.queries.offset_cache
-        floor_entry = cache.floor_entry
+        memo = view.queries.memo
+        keep = memo.keep
         landing = segment(TP, 0, 149)  # the same offset-index key, another entry
 
-        def read_then_commit(prefix, offset):  # the lookup has read its answer, and a commit lands
-            cache.floor_entry = floor_entry
-            found = floor_entry(prefix, offset)
+        def commit_then_keep(*args):  # the lookup has read its answer, and a commit lands before it keeps it
+            del memo.keep
             apply(view, landing, finished(landing))
-            return found
+            keep(*args)
 
-        cache.floor_entry = read_then_commit
+        memo.keep = commit_then_keep
         value = view.queries._segment_value(TP, 0, 50, NAME)  # the lookup itself, which the clock runs again
         assert decode_segment(value).end_offset == 99  # the state it read
         assert view.queries.known_segment_value(NAME, 0, 50) is None  # not kept: the commit replaced it

@@ -8,6 +8,7 @@ CI installs the compiled core, so the native module is required here: a missing 
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -67,6 +68,41 @@ def test_native_keys_are_the_references(
     check(native, reference, args)
 
 
+int64s = st.integers(-I64, I64 - 1)
+# an epoch's start offsets: sorted as the offset cache holds them, or in any order (both sides bisect alike)
+start_offsets = st.one_of(
+    st.lists(int64s, max_size=40).map(sorted),
+    st.lists(int64s, max_size=40),
+    st.lists(st.integers(-3, 3), max_size=10).map(sorted),
+    st.integers(0, 5_000).map(lambda n: list(range(0, 100 * n, 100))),
+).map(lambda values: array("q", values))
+not_start_offsets = st.one_of(
+    st.lists(st.integers(-100, 100), max_size=5).map(lambda v: array("l", v)),
+    st.lists(st.integers(-100, 100), max_size=5).map(lambda v: array("i", v)),
+    st.lists(st.integers(-100, 100), max_size=5),
+    st.lists(st.integers(-100, 100), max_size=5).map(tuple),
+)
+
+
+@FUZZ
+@given(
+    prefix=st.one_of(st.binary(min_size=8, max_size=8), blobs, others),
+    starts=st.one_of(start_offsets, start_offsets, not_start_offsets),
+    offset=st.one_of(ints, int64s, st.integers(-400, 500_100), others),
+)
+def test_the_native_floor_key_is_the_references(prefix: Any, starts: Any, offset: Any) -> None:
+    before = array("q", starts) if isinstance(starts, array) and starts.typecode == "q" else None
+    check(keys_native.floor_key, K.reference_floor_key, (prefix, starts, offset))
+    assert before is None or starts == before  # neither side changes the start offsets
+
+
+def test_the_usual_floor_keys_are_answered() -> None:
+    prefix = K.reference_epoch_prefix(b"\x00\x00\x01\x02", 7)
+    for starts in (array("q"), array("q", [0]), array("q", [-I64, 5, 9, I64 - 1]), array("q", range(0, 10_000, 100))):
+        for offset in (-I64, -1, 0, 1, 4, 5, 6, 9, 10, 99, 100, 101, 9_900, 9_999, 10_000, I64 - 1):
+            assert check(keys_native.floor_key, K.reference_floor_key, (prefix, starts, offset)) is not None
+
+
 def test_the_usual_keys_are_answered() -> None:
     tpid, segment_id = b"\x00\x00\x01\x02", bytes(range(16))
     for epoch in (-I32, -1, 0, 1, 7, I32 - 1):
@@ -88,6 +124,11 @@ def test_the_usual_keys_are_answered() -> None:
         (keys_native.timestamp_entry, (1, 2, bytes(15))),
         (keys_native.timestamp_entry, (1, 2, bytearray(16))),
         (keys_native.timestamp_entry, (1 << 64, 2, bytes(16))),
+        (keys_native.floor_key, (bytes(7), array("q", [1]), 1)),
+        (keys_native.floor_key, (bytes(8), array("l", [1]), 1)),  # an array of another type, even of 8-byte items
+        (keys_native.floor_key, (bytes(8), [1], 1)),
+        (keys_native.floor_key, (bytes(8), array("q", [1]), I64)),
+        (keys_native.floor_key, (bytes(8), array("q", [1]), True)),
     ],
 )
 def test_unusual_keys_are_left_to_the_reference(native: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -99,6 +140,10 @@ def test_the_references_call_the_native_side_with_the_compiled_core() -> None:
     assert (K._native_epoch_prefix is keys_native.epoch_prefix) == compiled
     assert (K._native_offset_key is keys_native.offset_key) == compiled
     assert (MT._native_entry is keys_native.timestamp_entry) == compiled
+    assert (K._native_floor_key is keys_native.floor_key) == compiled
     assert K.epoch_prefix(b"abcd", 3) == K.reference_epoch_prefix(b"abcd", 3)
     assert K.offset_key(b"abcd", 3, 9) == K.reference_offset_key(b"abcd", 3, 9)
     assert MT.entry(5, 9, bytes(16)) == MT.reference_entry(5, 9, bytes(16))
+    starts = array("q", [0, 100])
+    expected = bytes(8) + K.offset_bytes(100)
+    assert K.floor_key(bytes(8), starts, 150) == K.reference_floor_key(bytes(8), starts, 150) == expected

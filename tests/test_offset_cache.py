@@ -7,6 +7,7 @@ commit's write and its cache update, or while a writer commits concurrently."""
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from pathlib import Path
 
 from rlmm.errors import KafkaStateError
@@ -228,14 +229,14 @@ def test_an_epoch_shrinking_under_a_bisection_sends_the_batch_to_seeks(tmp_path:
     with View(tmp_path / "view") as view:
         fill_view(view, TP, [segment(TP, 0, 99)])
         assert batch(view, asked) == single(view, asked)
-        bisect = offset_cache.bisect_right
 
-        def bisect_then_shrink(starts, offset):  # as a commit that removes the epoch's entry right then
-            at = bisect(starts, offset)
+        def bisect_then_shrink(prefix, starts, offset):  # as a commit that removes the epoch's entry right then
+            at = bisect_right(starts, offset)
             del starts[:]
-            return at
+            return prefix + K.offset_bytes(starts[at - 1]) if at else prefix
 
-        monkeypatch.setattr(offset_cache, "bisect_right", bisect_then_shrink)
+        # the reference's bisection and read (the native search reads the start offsets while holding the GIL)
+        monkeypatch.setattr(K, "floor_key", bisect_then_shrink)
         assert batch(view, asked) == single(view, asked) != [None]
 
 
@@ -260,15 +261,15 @@ def test_a_batch_between_a_commits_write_and_its_cache_update_reads_the_written_
         fill_view(view, TP, [segment(TP, 0, 99)])
         assert batch(view, asked) == single(view, asked)
         written, release = threading.Event(), threading.Event()
-        cache = view.queries.offset_cache
-        update = cache.committed
+        read_cache = view.queries.kv  # the view updates it after the write, then the offset cache
+        update = read_cache.committed
 
-        def pause_then_update(stage) -> None:  # the stage is written, the cache not yet updated
+        def update_then_pause(stage) -> None:  # the stage is written, the offset cache not yet updated
+            update(stage)
             written.set()
             release.wait(10)
-            update(stage)
 
-        cache.committed = pause_then_update
+        read_cache.committed = update_then_pause
         landing = segment(TP, 100, 199)
         writer = threading.Thread(target=apply, args=(view, landing, finished(landing)))
         writer.start()

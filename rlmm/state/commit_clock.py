@@ -79,7 +79,8 @@ class CommitClock:
             generation, changes = self.generation, self.changes()
             if (generation | changes) & 1:
                 with self._lock:  # wait for the change's end
-                    continue
+                    pass
+                continue
             try:
                 answer = query(*args)
             except Exception:

@@ -8,6 +8,8 @@ Signed ints are stored with the sign bit flipped so that byte order equals numer
 from __future__ import annotations
 
 import struct
+from array import array
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Final
 
@@ -97,6 +99,9 @@ _native_epoch_prefix: Final[Callable[[bytes, int], bytes | None] | None] = (
 _native_offset_key: Final[Callable[[bytes, int, int], bytes | None] | None] = (
     None if _NATIVE is None else _NATIVE.offset_key
 )
+_native_floor_key: Final[Callable[[bytes, array, int], bytes | None] | None] = (
+    None if _NATIVE is None else _NATIVE.floor_key
+)
 
 SCHEMA_VERSION_KEY: Final = b"schema_version"
 NEXT_TPID_KEY: Final = b"next_tpid"
@@ -121,6 +126,21 @@ def read_u32(data: bytes, pos: int = 0) -> int:
 
 def offset_bytes(offset: int) -> bytes:
     return _U64.pack(offset + I64_FLIP)
+
+
+def floor_key(prefix: bytes, starts: array, offset: int) -> bytes:
+    """The offset-index key at or below ``offset`` in the epoch of ``prefix``, whose sorted start offsets are ``starts``
+    (an ``array('q')``); the bare prefix, which is no key, where there is none."""
+    if _native_floor_key is not None:
+        key = _native_floor_key(prefix, starts, offset)
+        if key is not None:
+            return key
+    return reference_floor_key(prefix, starts, offset)
+
+
+def reference_floor_key(prefix: bytes, starts: array, offset: int) -> bytes:
+    at = bisect_right(starts, offset)
+    return prefix + offset_bytes(starts[at - 1]) if at else prefix
 
 
 def read_offset(data: bytes, pos: int) -> int:

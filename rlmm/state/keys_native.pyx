@@ -1,11 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""The fold's most frequent keys built in C: an epoch's prefix, an offset-index key (``rlmm/state/keys.py``) and a
-max-timestamp entry (``rlmm/state/max_timestamp.py``), the references, which call these first when the core runs
-compiled. Each answers only a 4-byte tpid, a 16-byte segment id and ints in their ranges, and returns None for
-anything else, which the reference then packs or refuses. ``tests/test_native_keys.py`` checks that an answer is
-always the reference's.
+"""The fold's most frequent keys built in C: an epoch's prefix, an offset-index key, a lookup's floor key
+(``rlmm/state/keys.py``) and a max-timestamp entry (``rlmm/state/max_timestamp.py``), the references, which call
+these first when the core runs compiled. Each answers only a 4-byte tpid, an 8-byte epoch prefix, a 16-byte segment
+id, an ``array('q')`` and ints in their ranges, and returns None for anything else, which the reference then packs or
+refuses. ``tests/test_native_keys.py`` checks that an answer is always the reference's.
 """
 
+from cpython.array cimport array
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int64_t, uint8_t, uint32_t, uint64_t
@@ -85,3 +86,31 @@ def timestamp_entry(max_timestamp_ms, end_offset, segment_id):
     cdef uint8_t* q = _put_flipped(_put_flipped(<uint8_t*>PyBytes_AS_STRING(entry), t), o)
     memcpy(q, PyBytes_AS_STRING(segment_id), SEGMENT_ID)
     return entry
+
+
+def floor_key(prefix, starts, offset):
+    """The search holds the GIL throughout, so no other thread changes ``starts`` during it."""
+    cdef int64_t o
+    if not (
+        _sized(prefix, EPOCH_PREFIX)
+        and type(starts) is array
+        and (<array>starts).ob_descr.typecode == b"q"
+        and _int(offset, INT64_MIN, INT64_MAX, &o)
+    ):
+        return None
+    cdef const long long* values = (<array>starts).data.as_longlongs
+    cdef Py_ssize_t low = 0, high = len(starts), middle
+    while low < high:  # the first start above the offset
+        middle = (low + high) >> 1
+        if values[middle] > o:
+            high = middle
+        else:
+            low = middle + 1
+    if low == 0:
+        return prefix
+    cdef int64_t floor = values[low - 1]  # read before the allocation, which may run other code
+    key = PyBytes_FromStringAndSize(NULL, OFFSET_KEY)
+    cdef uint8_t* q = <uint8_t*>PyBytes_AS_STRING(key)
+    memcpy(q, PyBytes_AS_STRING(prefix), EPOCH_PREFIX)
+    _put_flipped(q + EPOCH_PREFIX, floor)
+    return key

@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import threading
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Sequence
 from itertools import repeat
-from typing import Protocol
+from typing import Final, Protocol
 
 from rlmm.state import keys as K
 from rlmm.state.kv import ReadKV, StagedKV
 
-_MISSING = object()
+_MISSING: Final = object()
 EPOCH_WEIGHT = 19  # the ~150 bytes of an epoch's array, key and dict slot, in start offsets
 # the most start offsets a single lookup reads to load an epoch (~5 ms, which every other call waits for, the GIL
 # held; ~2 weeks of 1 GB segments at 10 MB/s): it seeks in a larger epoch until a batch, which spreads the load
@@ -80,10 +80,13 @@ class OffsetCache:
         """``floor_entries`` of one lookup, with its floor key (``_floor_keys``), read with a point get (a multi-get of
         one key costs twice as much): None when the cache cannot answer."""
         generation = self._generation
-        keys = self._floor_keys(((prefix, offset),), generation, SINGLE_LOAD_KEYS)
-        if keys is None:
+        starts = self._held(prefix, generation, SINGLE_LOAD_KEYS)
+        if starts is None:
             return None
-        key = keys[0]
+        try:
+            key = K.floor_key(prefix, starts, offset)
+        except IndexError:  # as in ``_floor_keys``
+            return None
         value = self._entries.get(key, _MISSING)
         if value is _MISSING:
             value = self.base.get(K.OFFSETS, key)
@@ -113,23 +116,25 @@ class OffsetCache:
         """The offset-index key at or below each lookup (a bare prefix, which is no key, where there is none);
         None when the cache cannot say. An epoch not held is loaded if it has at most ``load_at_most`` entries
         (None: any that fits in ``limit``)."""
-        if generation & 1:
-            return None
-        cached = self._starts
         keys: list[bytes] = []
-        append, pack = keys.append, K.offset_bytes
+        append, floor_key = keys.append, K.floor_key
         try:
             for prefix, offset in lookups:
-                starts = cached.get(prefix)
+                starts = self._held(prefix, generation, load_at_most)
                 if starts is None:
-                    starts = self._load(prefix, generation, load_at_most)
-                    if starts is None:
-                        return None
-                at = bisect_right(starts, offset)
-                append(prefix + pack(starts[at - 1]) if at else prefix)
-        except IndexError:  # a commit shrank an epoch between the bisection and the read
+                    return None
+                append(floor_key(prefix, starts, offset))
+        except IndexError:  # a commit shrank an epoch between the reference's bisection and its read
             return None
         return keys
+
+    def _held(self, prefix: bytes, generation: int, load_at_most: int | None) -> array | None:
+        """The start offsets of the epoch of ``prefix``, loaded if it is not held (see ``_floor_keys``); None when the
+        cache cannot say."""
+        if generation & 1:
+            return None
+        starts = self._starts.get(prefix)
+        return self._load(prefix, generation, load_at_most) if starts is None else starts
 
     def _load(self, prefix: bytes, generation: int, at_most: int | None) -> array | None:
         """Read an epoch's start offsets; kept if no commit changed the offset index meanwhile. None when it has

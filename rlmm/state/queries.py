@@ -44,22 +44,23 @@ class Queries:
         self._clock = CommitClock() if clock is None else clock
         self.offset_cache = offset_cache
         self.memo = memo if offset_cache is not None else None
-        # the row last read for each partition, with the stored bytes it came from: a read-through cache
-        # below returns the same bytes object until the partition's row changes
-        self._rows: dict[TopicIdPartition, tuple[bytes, PartitionRow]] = {}
+        # the row last read for each partition, with its key and the stored bytes it came from: a read-through
+        # cache below returns the same bytes object until the partition's row changes
+        self._rows: dict[TopicIdPartition, tuple[bytes, bytes, PartitionRow]] = {}
 
     def partition_row(self, tp: TopicIdPartition) -> PartitionRow | None:
         """The partition's row (shared between calls: not to be changed)."""
-        raw = self.kv.get(K.PARTITIONS, K.tp_identity(tp))
+        known = self._rows.get(tp)
+        key = K.tp_identity(tp) if known is None else known[0]
+        raw = self.kv.get(K.PARTITIONS, key)
         if raw is None:
             return None
-        known = self._rows.get(tp)
-        if known is not None and known[0] is raw:
-            return known[1]
+        if known is not None and known[1] is raw:
+            return known[2]
         row = PartitionRow.unpack(raw)
         if len(self._rows) >= ROWS_KEPT:
             self._rows.clear()
-        self._rows[tp] = (raw, row)
+        self._rows[tp] = (key, raw, row)
         return row
 
     def _ready_tpid(self, tp: TopicIdPartition) -> bytes:
@@ -201,8 +202,7 @@ class Queries:
         """Every segment not yet DELETE_SEGMENT_FINISHED, in segment-id order (Kafka: hash order). The partition
         is checked where the scan starts, whose iterator then reads that state, however long it is read. (The rows of
         ids that epochs track without metadata are passed over.)"""
-        items = self._clock.read(self._segment_items, tp)
-        return (decode_segment(value) for value in map(segment_row_value, (raw for _, raw in items)) if value)
+        return _decoded_segments(self._clock.read(self._segment_items, tp))
 
     def _segment_items(self, tp: TopicIdPartition) -> Iterator[Item]:
         items = scan(self.kv, K.SEGMENTS, self._ready_tpid(tp))
@@ -349,3 +349,12 @@ def _dangling(tp: TopicIdPartition, epoch: int) -> RemoteResourceNotFound:
 
 def _describe(tp: TopicIdPartition) -> str:
     return f"{uuid_to_str(tp.topic_id)}:{tp.topic}-{tp.partition}"
+
+
+def _decoded_segments(items: Iterator[Item]) -> Iterator[SegmentMetadata]:
+    """The segments of segment rows, as they are read (a generator function: the compiled core makes a generator
+    expression a list, which would read a whole partition's rows at once)."""
+    for _, raw in items:
+        value = segment_row_value(raw)
+        if value:
+            yield decode_segment(value)
