@@ -12,7 +12,6 @@ they are only ever used all together.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
@@ -103,7 +102,10 @@ def _has_extension(name: str) -> bool:
     return any(source.with_name(source.stem + suffix).exists() for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
 
-class _FromSource(importlib.abc.MetaPathFinder):
+class _FromSource:
+    """A finder of ``sys.meta_path`` (not an ``importlib.abc.MetaPathFinder``: importing ``importlib.abc`` loads
+    ``importlib.resources``, 3 MB of memory that an rlmm process does not otherwise use)."""
+
     def find_spec(self, name: str, path: object = None, target: object = None) -> ModuleSpec | None:
         if name not in COMPILED_MODULES:
             return None
