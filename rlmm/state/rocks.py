@@ -96,14 +96,16 @@ def write_sst(path: str, items: Iterable[tuple[bytes, bytes]]) -> None:
 
 # The view's memory in RocksDB, by default (the view's settings change the first three): a block cache for the
 # apply path's reads, no row cache (single lookups have their entries cached by the view's offset cache, and
-# a row cache turns range deletions into a deletion of each key), and at most this much in memtables. The apply
-# path reads old rows (retention's deletes read the segment and its memberships, at random keys) and listings
-# read whole epochs: with 8 MB, which the table files' index and filter partitions share, the apply read 0.50
-# table blocks from file per event at 1M events (bench_core's cluster stream; 0.35 with 16 MB, 0.18 with 32 MB)
-# and the sampled listings 1.4 per call (none from 16 MB on)
-BLOCK_CACHE_MB: Final = 32
+# a row cache turns range deletions into a deletion of each key), and at most this much in memtables. Chosen for
+# memory (issue 32: peak RSS within a quarter of Kafka's heap for the same segments). bench_core's cluster stream,
+# which reads old rows (retention's deletes read the segment and its memberships, at random keys), at 1M events
+# with 8 MB / 8 MB against 32 MB / 16 MB: the same instructions per applied event (85,277 against 85,879) with 0.63
+# table blocks read from file per event against 0.34 (a read system call each, from the page cache), the same
+# apply rate within the machine's noise, nextSegmentWithTxnIndex 1.19x the instructions and listings of an epoch
+# p50 1.3-1.4x the time (their blocks read as often); peak RSS 80-82 MB against 109 (uploads: 71.5 against 104)
+BLOCK_CACHE_MB: Final = 8
 ROW_CACHE_MB: Final = 0
-WRITE_BUFFER_MB: Final = 16
+WRITE_BUFFER_MB: Final = 8
 ARENA_BLOCK_KB: Final = 256
 MEMTABLE_BLOOM_RATIO: Final = 0.01
 # level-0 files that start a compaction of a seek index (``K.SEEK_INDEXES``; RocksDB's default, kept for the others,
