@@ -241,6 +241,52 @@ class SegmentSnapshot:
         return _reduce(self)
 
 
+# The records the native reader (rlmm/records/wire_native.pyx) builds, by compiled functions: such a call passes its
+# arguments as a vector, where calling the class packs them in a tuple that the constructor then parses
+# (~1,100 instructions more per segment)
+
+
+def new_segment(
+    tp: TopicIdPartition,
+    segment_id: bytes,
+    start_offset: int,
+    end_offset: int,
+    broker_id: int,
+    max_timestamp_ms: int,
+    event_timestamp_ms: int,
+    segment_leader_epochs: LeaderEpochs,
+    segment_size_in_bytes: int,
+    custom_metadata: bytes | None,
+    state: SegmentState,
+    txn_index_empty: bool,
+) -> SegmentMetadata:
+    return SegmentMetadata(
+        tp,
+        segment_id,
+        start_offset,
+        end_offset,
+        broker_id,
+        max_timestamp_ms,
+        event_timestamp_ms,
+        segment_leader_epochs,
+        segment_size_in_bytes,
+        custom_metadata,
+        state,
+        txn_index_empty,
+    )
+
+
+def new_update(
+    tp: TopicIdPartition,
+    segment_id: bytes,
+    broker_id: int,
+    event_timestamp_ms: int,
+    custom_metadata: bytes | None,
+    state: SegmentState,
+) -> SegmentUpdate:
+    return SegmentUpdate(tp, segment_id, broker_id, event_timestamp_ms, custom_metadata, state)
+
+
 def _reduce(record: Any) -> tuple[object, ...]:
     """Pickling by constructor arguments (a compiled class cannot be built without them)."""
     return type(record), tuple(getattr(record, f.name) for f in dataclasses.fields(record) if f.init)

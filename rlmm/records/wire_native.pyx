@@ -16,7 +16,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, TopicIdPartition
+from rlmm.records.model import SegmentMetadata, SegmentState, TopicIdPartition, new_segment, new_update
 
 cdef enum:
     UUID = 16
@@ -28,7 +28,8 @@ cdef enum:
     PARTITION_SLOTS = 4096
 
 cdef object _SEGMENT = SegmentMetadata
-cdef object _UPDATE = SegmentUpdate
+cdef object _NEW_SEGMENT = new_segment  # the constructors as compiled functions: a vectorcall, not a tuple to parse
+cdef object _NEW_UPDATE = new_update
 cdef object _TP = TopicIdPartition
 cdef tuple _STATES = tuple(SegmentState)
 cdef bytes _HEAD_SEGMENT = b"\x01\x00\x00"  # frame version 1, api key 0, version 0
@@ -165,7 +166,7 @@ cdef object _segment(const uint8_t* p, Py_ssize_t end):
         return None
     if p[at] > 3:
         return None
-    return _SEGMENT(
+    return _NEW_SEGMENT(
         tp,
         PyBytes_FromStringAndSize(<const char*>p + segment_id, UUID),
         start,
@@ -178,7 +179,6 @@ cdef object _segment(const uint8_t* p, Py_ssize_t end):
         custom,
         _STATES[p[at]],
         txn_index_empty,
-        (),
     )
 
 
@@ -194,14 +194,13 @@ cdef object _update(const uint8_t* p, Py_ssize_t end):
     custom = _custom_metadata(p, end, &at, &ok)
     if not ok or at + 2 != end or p[at] > 3 or p[at + 1]:
         return None
-    return _UPDATE(
+    return _NEW_UPDATE(
         tp,
         PyBytes_FromStringAndSize(<const char*>p + segment_id, UUID),
         broker,
         event_ts,
         custom,
         _STATES[p[at]],
-        (),
     )
 
 
