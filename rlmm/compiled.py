@@ -104,7 +104,7 @@ def _has_extension(name: str) -> bool:
 
 class _FromSource:
     """A finder of ``sys.meta_path`` (not an ``importlib.abc.MetaPathFinder``: importing ``importlib.abc`` loads
-    ``importlib.resources``, 3 MB of memory that an rlmm process does not otherwise use)."""
+    ``importlib.resources``, ~1 MB of memory that an rlmm process does not otherwise use)."""
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> ModuleSpec | None:
         if name not in COMPILED_MODULES:

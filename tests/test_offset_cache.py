@@ -230,14 +230,19 @@ def test_an_epoch_shrinking_under_a_bisection_sends_the_batch_to_seeks(tmp_path:
         fill_view(view, TP, [segment(TP, 0, 99)])
         assert batch(view, asked) == single(view, asked)
 
+        shrunk: list[bytes] = []
+
         def bisect_then_shrink(prefix, starts, offset):  # as a commit that removes the epoch's entry right then
             at = bisect_right(starts, offset)
             del starts[:]
+            shrunk.append(prefix)
             return prefix + K.offset_bytes(starts[at - 1]) if at else prefix
 
-        # the reference's bisection and read (the native search reads the start offsets while holding the GIL)
+        # the reference's bisection and read (the native search reads the start offsets while holding the GIL); the
+        # batch path reads ``floor_key`` from the module at each call, compiled or not
         monkeypatch.setattr(K, "floor_key", bisect_then_shrink)
         assert batch(view, asked) == single(view, asked) != [None]
+        assert shrunk  # the batch bisected through the replacement
 
 
 def test_a_commit_during_the_reads_sends_the_batch_to_seeks(tmp_path: Path) -> None:
