@@ -33,6 +33,7 @@ COMPILED_MODULES = (
     "rlmm.state.keys",
     "rlmm.state.rows",
     "rlmm.state.kv",
+    "rlmm.state.cache",
     "rlmm.state.segment_rows",
     "rlmm.state.max_timestamp",
     "rlmm.state.maxtree",

@@ -1,6 +1,7 @@
 """The keys built in C (rlmm/state/keys_native.pyx) against their references (rlmm/state/keys.py,
-rlmm/state/max_timestamp.py): what the native side answers is the reference's key, byte for byte, and whatever the
-reference refuses or the native side is not sure of, it leaves (None).
+rlmm/state/max_timestamp.py), and the offset-index entry's field read in C (rlmm/state/rows.py): what the native side
+answers is the reference's key or field, byte for byte, and whatever the reference refuses or the native side is not
+sure of, it leaves (None).
 
 CI installs the compiled core, so the native module is required here: a missing one fails, it does not skip.
 """
@@ -8,6 +9,7 @@ CI installs the compiled core, so the native module is required here: a missing 
 from __future__ import annotations
 
 import os
+import struct
 from array import array
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +20,10 @@ from hypothesis import strategies as st
 
 from rlmm.compiled import core_build
 from rlmm.state import keys as K
-from rlmm.state import keys_native  # type: ignore[attr-defined]
+from rlmm.state import (
+    keys_native,  # type: ignore[attr-defined]
+    rows,
+)
 from rlmm.state import max_timestamp as MT
 
 FUZZ = settings(
@@ -103,6 +108,25 @@ def test_the_usual_floor_keys_are_answered() -> None:
             assert check(keys_native.floor_key, K.reference_floor_key, (prefix, starts, offset)) is not None
 
 
+def read_int64(data: bytes, pos: int) -> int:
+    return struct.unpack_from(">q", data, pos)[0]
+
+
+@FUZZ
+@given(data=st.one_of(st.binary(max_size=40), others), pos=st.one_of(st.integers(-12, 44), ints, others))
+def test_the_native_int64_field_is_the_references(data: Any, pos: Any) -> None:
+    check(keys_native.read_int64, read_int64, (data, pos))
+
+
+def test_an_entrys_epoch_end_is_read_natively() -> None:
+    for epoch_end in (-I64, -1, 0, 1, 123_456_789, I64 - 1):
+        raw = rows.RefEntry(bytes(range(16)), epoch_end, I64 - 1, True, 7, -I64, b"value").pack()
+        assert rows.reference_ref_epoch_end(raw) == epoch_end
+        assert check(keys_native.read_int64, read_int64, (raw, 16)) == epoch_end
+        assert rows.ref_epoch_end(raw) == epoch_end
+        assert check(keys_native.read_int64, read_int64, (raw, len(raw) - 8)) is not None
+
+
 def test_the_usual_keys_are_answered() -> None:
     tpid, segment_id = b"\x00\x00\x01\x02", bytes(range(16))
     for epoch in (-I32, -1, 0, 1, 7, I32 - 1):
@@ -141,6 +165,7 @@ def test_the_references_call_the_native_side_with_the_compiled_core() -> None:
     assert (K._native_offset_key is keys_native.offset_key) == compiled
     assert (MT._native_entry is keys_native.timestamp_entry) == compiled
     assert (K._native_floor_key is keys_native.floor_key) == compiled
+    assert (rows._native_read_int64 is keys_native.read_int64) == compiled
     assert K.epoch_prefix(b"abcd", 3) == K.reference_epoch_prefix(b"abcd", 3)
     assert K.offset_key(b"abcd", 3, 9) == K.reference_offset_key(b"abcd", 3, 9)
     assert MT.entry(5, 9, bytes(16)) == MT.reference_entry(5, 9, bytes(16))

@@ -21,20 +21,10 @@ from rlmm.state.queries import Queries
 from rlmm.state.segment_rows import decode_segment
 from rlmm.state.view import View
 from tests.grpc_support import TS, fill_view, finished, new_tp, segment
+from tests.view_seams import Intercepted, after_next_change
 
 TP = new_tp("offset-cache")
 NAME = ("the request's topic id", TP.topic, TP.partition)  # how a request names TP to the lookup memo
-
-
-class Intercepted:
-    """The view's RocksKV with some methods replaced (a compiled class refuses patched methods)."""
-
-    def __init__(self, kv, **methods) -> None:
-        self._kv = kv
-        self.__dict__.update(methods)
-
-    def __getattr__(self, name: str):
-        return getattr(self._kv, name)
 
 
 def lookups(epochs: int, last_offset: int, step: int = 7) -> list[tuple[int, int, int]]:
@@ -266,15 +256,12 @@ def test_a_batch_between_a_commits_write_and_its_cache_update_reads_the_written_
         fill_view(view, TP, [segment(TP, 0, 99)])
         assert batch(view, asked) == single(view, asked)
         written, release = threading.Event(), threading.Event()
-        read_cache = view.queries.kv  # the view updates it after the write, then the offset cache
-        update = read_cache.committed
 
-        def update_then_pause(stage) -> None:  # the stage is written, the offset cache not yet updated
-            update(stage)
+        def pause() -> None:  # the stage is written, the caches not yet updated
             written.set()
             release.wait(10)
 
-        read_cache.committed = update_then_pause
+        after_next_change(view, pause)
         landing = segment(TP, 100, 199)
         writer = threading.Thread(target=apply, args=(view, landing, finished(landing)))
         writer.start()

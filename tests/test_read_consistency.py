@@ -20,6 +20,7 @@ from rlmm.state import keys as K
 from rlmm.state.view import View
 from tests.grpc_support import TS, fill_view, new_tp, partition_delete, segment
 from tests.test_offset_cache import apply
+from tests.view_seams import after_next_change, intercept_reads
 
 TP = new_tp("consistent")
 
@@ -27,7 +28,7 @@ TP = new_tp("consistent")
 def commit_inside_next(view: View, method: str, cf: str, commit: Callable[[], None]) -> list[int]:
     """The queries' next ``method`` read (``get``, ``iter_from``...) of column family ``cf`` is followed at once by
     ``commit``, once; returns the list where the number of such commits is counted."""
-    cache = view.queries.kv
+    cache = intercept_reads(view)
     read = getattr(cache, method)
     landed: list[int] = []
 
@@ -109,17 +110,9 @@ def test_a_listing_between_a_write_and_the_caches_update_reads_the_rows_written(
         fill_view(view, TP, [first, second])
         listing = view.queries.list_epoch_segments
         before = [(s.segment_id, s.state) for s in listing(TP, 0)]  # reads, and caches, the epoch row
-        cache = view.queries.kv
-        committed = cache.committed
         raced: list = []
-
-        def list_then_update(stage) -> None:
-            raced.append([(s.segment_id, s.state) for s in listing(TP, 0)])
-            committed(stage)
-
-        cache.committed = list_then_update
+        after_next_change(view, lambda: raced.append([(s.segment_id, s.state) for s in listing(TP, 0)]))
         apply(view, SegmentUpdate(TP, first.segment_id, 1, TS, None, SegmentState.DELETE_SEGMENT_STARTED))
-        del cache.committed
         after = [(s.segment_id, s.state) for s in listing(TP, 0)]
         assert after == [(first.segment_id, SegmentState.DELETE_SEGMENT_STARTED), before[1]]
         assert raced == [after]
@@ -165,7 +158,7 @@ def test_a_read_overlapping_commits_again_and_again_runs_holding_them_off(tmp_pa
         fill_view(view, TP, [segment(TP, 0, 99)])
         copying = [segment(TP, 100 * i, 100 * i + 99) for i in range(1, 10)]
         apply(view, copying[0])
-        queries, cache = view.queries, view.queries.kv
+        queries, cache = view.queries, intercept_reads(view)
         scan = cache.iter_from
         landed: list[str] = []
         writers: list[threading.Thread] = []

@@ -10,6 +10,7 @@ from rlmm.records.serde import encode_value
 from rlmm.state.segment_rows import decode_segment
 from rlmm.state.view import View
 from tests.grpc_support import TS, fill_view, new_tp, segment
+from tests.view_seams import after_next_change
 
 
 def test_a_secondary_view_answers_what_the_writer_committed_once_caught_up(tmp_path) -> None:
@@ -51,15 +52,13 @@ def test_a_lookup_while_a_secondary_catches_up_answers_the_state_before_or_after
             with writer.batch() as batch:
                 update = SegmentUpdate(tp, tail.segment_id, 1, TS, None, SegmentState.DELETE_SEGMENT_STARTED)
                 batch.apply(0, max(writer.metadata_offsets().values()) + 1, encode_value(update))
-            read_cache, answers = reader._read_cache, []
-            clear = read_cache.clear
+            answers: list = []
 
-            def look_up_then_clear() -> None:  # the store has caught up, the caches not yet
+            def look_up() -> None:  # the store has caught up, the caches not yet
                 # the lookup itself: the clock would hold it until the catch-up's end, the caches must decline
                 answers.append(queries._segment_value(tp, 0, 150, ("id", tp.topic, tp.partition)))
-                clear()
 
-            read_cache.clear = look_up_then_clear
+            after_next_change(reader, look_up)
             reader.catch_up()
             assert answers[0] is not None  # the old start offsets with the new entries would find nothing
             assert decode_segment(answers[0]).segment_id in {whole.segment_id, tail.segment_id}

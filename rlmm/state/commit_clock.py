@@ -58,24 +58,30 @@ class CommitClock:
 
     def read(self, query: Callable[[Unpack[A]], T], *args: *A) -> T:
         """``query``'s answer (or error) from one committed state."""
-        # the first run written out here, apart from the loop of ``_read_again``: a third of the wrapper's cost
+        # the first run written out here, apart from the loop of ``read_again``: a third of the wrapper's cost. The
+        # single lookup, the hottest query, writes it out in its own code (``Queries.remote_log_segment_value``).
         generation, changes = self.generation, self.changes()
         if not (generation | changes) & 1:
             try:
                 answer = query(*args)
             except Exception:
-                if self.generation == generation and self.changes() == changes:
+                if self.stood(generation, changes):
                     raise
             else:
-                if self.generation == generation and self.changes() == changes:
+                if self.stood(generation, changes):
                     return answer
-        return self._read_again(query, args, ATTEMPTS - 1)
+        return self.read_again(query, args)
 
-    def _read_again(self, query: Callable[[Unpack[A]], T], args: tuple[*A], attempts: int) -> T:
-        """``read`` after a run that overlapped a change (or that began during one)."""
+    def stood(self, generation: int, changes: int) -> bool:
+        """Whether the store and the clock are still at the counts read before a run, ``generation`` and
+        ``changes``, both even: its answer is of one committed state."""
+        return self.generation == generation and self.changes() == changes
+
+    def read_again(self, query: Callable[[Unpack[A]], T], args: tuple[*A]) -> T:
+        """``read`` after a first run that overlapped a change (or that began during one)."""
         with self._count_lock:
             self.overlapped += 1
-        for _ in range(attempts):
+        for _ in range(ATTEMPTS - 1):
             generation, changes = self.generation, self.changes()
             if (generation | changes) & 1:
                 with self._lock:  # wait for the change's end
@@ -84,10 +90,10 @@ class CommitClock:
             try:
                 answer = query(*args)
             except Exception:
-                if self.generation == generation and self.changes() == changes:
+                if self.stood(generation, changes):
                     raise
                 continue  # perhaps an error of reading two states
-            if self.generation == generation and self.changes() == changes:
+            if self.stood(generation, changes):
                 return answer
         with self._count_lock:
             self.held_off += 1

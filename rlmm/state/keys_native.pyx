@@ -1,9 +1,11 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The fold's most frequent keys built in C: an epoch's prefix, an offset-index key, a lookup's floor key
 (``rlmm/state/keys.py``) and a max-timestamp entry (``rlmm/state/max_timestamp.py``), the references, which call
-these first when the core runs compiled. Each answers only a 4-byte tpid, an 8-byte epoch prefix, a 16-byte segment
-id, an ``array('q')`` and ints in their ranges, and returns None for anything else, which the reference then packs or
-refuses. ``tests/test_native_keys.py`` checks that an answer is always the reference's.
+these first when the core runs compiled; and the field of an offset-index entry that a lookup reads
+(``rlmm/state/rows.py``'s ``ref_epoch_end``). Each answers only a 4-byte tpid, an 8-byte epoch prefix, a 16-byte
+segment id, an ``array('q')``, bytes long enough and ints in their ranges, and returns None for anything else, which
+the reference then packs, reads or refuses. ``tests/test_native_keys.py`` checks that an answer is always the
+reference's.
 """
 
 from cpython.array cimport array
@@ -114,3 +116,16 @@ def floor_key(prefix, starts, offset):
     memcpy(q, PyBytes_AS_STRING(prefix), EPOCH_PREFIX)
     _put_flipped(q + EPOCH_PREFIX, floor)
     return key
+
+
+def read_int64(data, pos):
+    """The big-endian signed 64-bit field at ``pos`` of ``data``."""
+    cdef int64_t p
+    if not (type(data) is bytes and _int(pos, 0, PyBytes_GET_SIZE(data) - 8, &p)):
+        return None
+    cdef const uint8_t* q = <const uint8_t*>PyBytes_AS_STRING(data) + p
+    cdef uint64_t u = 0
+    cdef int i
+    for i in range(8):
+        u = (u << 8) | q[i]
+    return <int64_t>u

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
+
+from rlmm.compiled import native_module
 
 _PARTITION_ROW: Final = struct.Struct(">4sBqqqq")
 _EPOCH_ROW: Final = struct.Struct(">qqqqqIII?")
 _REF_ENTRY: Final = struct.Struct(">16sqq?iq")
+_REF_ENTRY_SIZE: Final = _REF_ENTRY.size  # where a RefEntry's value starts (a constant: no attribute read per lookup)
 _NONE: Final = -(1 << 63)  # stands for "absent" in optional int64 fields (Kafka never stores Long.MIN_VALUE here)
 
 
@@ -194,20 +198,31 @@ class RefEntry:
     @classmethod
     def unpack(cls, data: bytes) -> RefEntry:
         segment_id, epoch_end, end_offset, txn_index_empty, size, start_offset = _REF_ENTRY.unpack_from(data)
-        return cls(segment_id, epoch_end, end_offset, txn_index_empty, size, start_offset, data[_REF_ENTRY.size :])
+        return cls(segment_id, epoch_end, end_offset, txn_index_empty, size, start_offset, data[_REF_ENTRY_SIZE:])
 
 
-_REF_EPOCH_END: Final = struct.Struct(">16xq")  # after the segment id
+_INT64: Final = struct.Struct(">q")
+_REF_EPOCH_END_AT: Final = 16  # after the segment id
+_NATIVE: Final = native_module("rlmm.state.keys_native")  # read in C first, when the core runs compiled
+_native_read_int64: Final[Callable[[bytes, int], int | None] | None] = None if _NATIVE is None else _NATIVE.read_int64
 
 
 def ref_epoch_end(data: bytes) -> int:
     """``epoch_end`` of a packed RefEntry, without unpacking the rest."""
-    return _REF_EPOCH_END.unpack_from(data)[0]
+    if _native_read_int64 is not None:
+        value = _native_read_int64(data, _REF_EPOCH_END_AT)
+        if value is not None:
+            return value
+    return reference_ref_epoch_end(data)
+
+
+def reference_ref_epoch_end(data: bytes) -> int:
+    return _INT64.unpack_from(data, _REF_EPOCH_END_AT)[0]
 
 
 def ref_value(data: bytes) -> bytes:
     """``value`` of a packed RefEntry, without unpacking the rest."""
-    return data[_REF_ENTRY.size :]
+    return data[_REF_ENTRY_SIZE:]
 
 
 _MEMBERSHIP: Final = struct.Struct(">iB")
