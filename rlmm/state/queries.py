@@ -119,7 +119,7 @@ class Queries:
         seek); a segment found so is kept in the memo under ``name``, if given, the request's fields that
         named ``tp`` (see ``known_segment_value``)."""
         # ``self._clock.read``, its first run written out: a call of the compiled query, no bound method and no
-        # arguments' tuple (~700 of the lookup's ~10,000 instructions)
+        # arguments' tuple (1,300 of the lookup's 10,300 instructions, callgrind)
         clock = self._clock
         generation, changes = clock.generation, clock.changes()
         if not (generation | changes) & 1:
