@@ -56,6 +56,7 @@ def test_the_buckets_are_those_of_the_entries(batches) -> None:
             else:
                 index.add(TPID, entry)
                 held.add(entry)
+        index.flush()
         commit(stage, base)
         if drop_cache:
             tails.clear()
@@ -64,3 +65,18 @@ def test_the_buckets_are_those_of_the_entries(batches) -> None:
         assert rows(base, TPID) == rows(expected, TPID)
         assert MT.last_segment_id(base, TPID) == (max(held)[-16:] if held else None)
         assert rows(base, OTHER) == other_rows
+
+
+def test_a_bucket_made_and_emptied_in_one_batch_writes_no_row() -> None:
+    """The last bucket is written once per batch: one that a batch creates and empties again leaves nothing to write,
+    not a deletion of a row the store never held."""
+    stage = StagedKV(MemoryKV())
+    index = MT.MaxTimestampIndex(stage, {})
+    entry = MT.entry(5, 9, IDS[0])
+    index.add(TPID, entry)
+    index.remove(TPID, entry)
+    index.flush()
+    assert not stage.pending.get(K.MAX_TIMESTAMP)
+    index.add(TPID, entry)
+    index.flush()
+    assert stage.pending[K.MAX_TIMESTAMP] == {TPID + MT.LAST: entry}

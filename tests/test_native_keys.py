@@ -46,6 +46,19 @@ CASES: list[tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]] = [
     (keys_native.epoch_prefix, K.reference_epoch_prefix, (blobs, ints)),
     (keys_native.offset_key, K.reference_offset_key, (blobs, ints, ints)),
     (keys_native.timestamp_entry, MT.reference_entry, (ints, ints, blobs)),
+    (
+        keys_native.ref_entry,
+        rows.reference_ref_entry,
+        (
+            blobs,
+            ints,
+            ints,
+            st.one_of(st.booleans(), st.sampled_from([0, 1, 2, None])),
+            ints,
+            ints,
+            st.binary(max_size=40),
+        ),
+    ),
 ]
 
 
@@ -60,7 +73,9 @@ def check(native: Callable[..., Any], reference: Callable[..., Any], args: tuple
     return answer
 
 
-@pytest.mark.parametrize("native, reference, strategies", CASES, ids=["epoch_prefix", "offset_key", "timestamp_entry"])
+@pytest.mark.parametrize(
+    "native, reference, strategies", CASES, ids=["epoch_prefix", "offset_key", "timestamp_entry", "ref_entry"]
+)
 @FUZZ
 @given(data=st.data())
 def test_native_keys_are_the_references(
@@ -118,6 +133,17 @@ def test_the_native_int64_field_is_the_references(data: Any, pos: Any) -> None:
     check(keys_native.read_int64, read_int64, (data, pos))
 
 
+def test_an_entrys_row_is_written_natively() -> None:
+    for number in (-I64, -1, 0, 1, 123_456_789, I64 - 1):
+        for txn_index_empty in (True, False):
+            for size, value in ((-I32, b""), (7, b"value"), (I32 - 1, bytes(range(256)))):
+                fields = (bytes(range(16)), number, -number - 1, txn_index_empty, size, number, value)
+                raw = check(keys_native.ref_entry, rows.reference_ref_entry, fields)
+                assert raw is not None
+                assert rows.RefEntry(*fields).pack() == raw
+                assert rows.RefEntry.unpack(raw).pack() == raw
+
+
 def test_an_entrys_epoch_end_is_read_natively() -> None:
     for epoch_end in (-I64, -1, 0, 1, 123_456_789, I64 - 1):
         raw = rows.RefEntry(bytes(range(16)), epoch_end, I64 - 1, True, 7, -I64, b"value").pack()
@@ -148,6 +174,12 @@ def test_the_usual_keys_are_answered() -> None:
         (keys_native.timestamp_entry, (1, 2, bytes(15))),
         (keys_native.timestamp_entry, (1, 2, bytearray(16))),
         (keys_native.timestamp_entry, (1 << 64, 2, bytes(16))),
+        (
+            keys_native.ref_entry,
+            (bytes(16), 1, 2, 1, 3, 4, b""),
+        ),  # the reference packs any truth value
+        (keys_native.ref_entry, (bytes(16), 1, 2, True, 3, 4, bytearray(1))),
+        (keys_native.ref_entry, (bytes(16), 1, 2, True, I32, 4, b"")),
         (keys_native.floor_key, (bytes(7), array("q", [1]), 1)),
         (keys_native.floor_key, (bytes(8), array("l", [1]), 1)),  # an array of another type, even of 8-byte items
         (keys_native.floor_key, (bytes(8), [1], 1)),
@@ -166,6 +198,7 @@ def test_the_references_call_the_native_side_with_the_compiled_core() -> None:
     assert (MT._native_entry is keys_native.timestamp_entry) == compiled
     assert (K._native_floor_key is keys_native.floor_key) == compiled
     assert (rows._native_read_int64 is keys_native.read_int64) == compiled
+    assert (rows._native_ref_entry is keys_native.ref_entry) == compiled
     assert K.epoch_prefix(b"abcd", 3) == K.reference_epoch_prefix(b"abcd", 3)
     assert K.offset_key(b"abcd", 3, 9) == K.reference_offset_key(b"abcd", 3, 9)
     assert MT.entry(5, 9, bytes(16)) == MT.reference_entry(5, 9, bytes(16))

@@ -1,10 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The fold's most frequent keys built in C: an epoch's prefix, an offset-index key, a lookup's floor key
 (``rlmm/state/keys.py``) and a max-timestamp entry (``rlmm/state/max_timestamp.py``), the references, which call
-these first when the core runs compiled; and the field of an offset-index entry that a lookup reads
-(``rlmm/state/rows.py``'s ``ref_epoch_end``). Each answers only a 4-byte tpid, an 8-byte epoch prefix, a 16-byte
-segment id, an ``array('q')``, bytes long enough and ints in their ranges, and returns None for anything else, which
-the reference then packs, reads or refuses. ``tests/test_native_keys.py`` checks that an answer is always the
+these first when the core runs compiled; and an offset-index entry's row, written and read (``rlmm/state/rows.py``'s
+``RefEntry.pack`` and ``ref_epoch_end``). Each answers only a 4-byte tpid, an 8-byte epoch prefix, a 16-byte
+segment id, an ``array('q')``, bytes long enough, bools and ints in their ranges, and returns None for anything else,
+which the reference then packs, reads or refuses. ``tests/test_native_keys.py`` checks that an answer is always the
 reference's.
 """
 
@@ -20,6 +20,7 @@ cdef enum:
     EPOCH_PREFIX = 8  # tpid, epoch (sign-flipped)
     OFFSET_KEY = 16  # the epoch's prefix, offset (sign-flipped)
     TIMESTAMP_ENTRY = 32  # max timestamp and end offset (sign-flipped), segment id
+    REF_ENTRY = 45  # segment id, epoch end, end offset, txn index empty, size (int32), start offset; then the value
 
 
 cdef inline bint _int(object value, int64_t low, int64_t high, int64_t* out):
@@ -47,6 +48,12 @@ cdef inline uint8_t* _put_flipped(uint8_t* q, int64_t v) noexcept nogil:
     cdef uint64_t u = <uint64_t>v ^ (<uint64_t>1 << 63)
     _put_u32(q, <uint32_t>(u >> 32))
     return _put_u32(q + 4, <uint32_t>u)
+
+
+cdef inline uint8_t* _put_int64(uint8_t* q, int64_t v) noexcept nogil:
+    """A signed 64-bit value, big-endian (two's complement)."""
+    _put_u32(q, <uint32_t>(<uint64_t>v >> 32))
+    return _put_u32(q + 4, <uint32_t><uint64_t>v)
 
 
 cdef inline bint _sized(object value, Py_ssize_t size):
@@ -88,6 +95,29 @@ def timestamp_entry(max_timestamp_ms, end_offset, segment_id):
     cdef uint8_t* q = _put_flipped(_put_flipped(<uint8_t*>PyBytes_AS_STRING(entry), t), o)
     memcpy(q, PyBytes_AS_STRING(segment_id), SEGMENT_ID)
     return entry
+
+
+def ref_entry(segment_id, epoch_end, end_offset, txn_index_empty, size, start_offset, value):
+    cdef int64_t e, o, z, b
+    if not (
+        _sized(segment_id, SEGMENT_ID)
+        and _int(epoch_end, INT64_MIN, INT64_MAX, &e)
+        and _int(end_offset, INT64_MIN, INT64_MAX, &o)
+        and type(txn_index_empty) is bool
+        and _int(size, INT32_MIN, INT32_MAX, &z)
+        and _int(start_offset, INT64_MIN, INT64_MAX, &b)
+        and type(value) is bytes
+    ):
+        return None
+    cdef Py_ssize_t length = PyBytes_GET_SIZE(value)
+    row = PyBytes_FromStringAndSize(NULL, REF_ENTRY + length)
+    cdef uint8_t* q = <uint8_t*>PyBytes_AS_STRING(row)
+    memcpy(q, PyBytes_AS_STRING(segment_id), SEGMENT_ID)
+    q = _put_int64(_put_int64(q + SEGMENT_ID, e), o)
+    q[0] = 1 if txn_index_empty else 0
+    q = _put_int64(_put_u32(q + 1, <uint32_t>z), b)
+    memcpy(q, PyBytes_AS_STRING(value), length)
+    return row
 
 
 def floor_key(prefix, starts, offset):

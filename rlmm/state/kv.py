@@ -232,11 +232,17 @@ class StagedKV:
         nearest = next(_live(table, _keys_up(order, key, prefix)), None)
         return nearest if nearest is not None and (found is None or nearest[0] < found[0]) else found
 
-    def _set(self, cf: str, key: bytes, value: bytes | None) -> None:
+    def _set(self, cf: str, key: bytes, value: bytes | None, new: bool = False) -> None:
+        """``new``: the key is absent from the base (``put_new``)."""
         table = self.pending.get(cf)
         if table is None:
             table = self.pending[cf] = {}
         if key not in table:
+            if new:  # untouched by this stage and absent: absent from the base
+                fresh = self._fresh.get(cf)
+                if fresh is None:
+                    fresh = self._fresh[cf] = set()
+                fresh.add(key)
             order = self._order.get(cf)
             if order is not None:
                 insort(order, key)
@@ -246,13 +252,7 @@ class StagedKV:
         self._set(cf, key, value)
 
     def put_new(self, cf: str, key: bytes, value: bytes) -> None:
-        table = self.pending.get(cf)
-        if table is None or key not in table:  # untouched by this stage and absent: absent from the base
-            fresh = self._fresh.get(cf)
-            if fresh is None:
-                fresh = self._fresh[cf] = set()
-            fresh.add(key)
-        self._set(cf, key, value)
+        self._set(cf, key, value, True)
 
     def delete(self, cf: str, key: bytes) -> None:
         fresh = self._fresh.get(cf)
@@ -293,9 +293,9 @@ class CountingStagedKV(StagedKV):
         self.kinds: dict[tuple[str, bytes], str] = {}
         self.range_deletes: list[tuple[str, str]] = []  # (column family, kind)
 
-    def _set(self, cf: str, key: bytes, value: bytes | None) -> None:
+    def _set(self, cf: str, key: bytes, value: bytes | None, new: bool = False) -> None:
         self.kinds[(cf, key)] = self.kind
-        super()._set(cf, key, value)
+        super()._set(cf, key, value, new)
 
     def delete_prefix(self, cf: str, prefix: bytes) -> None:
         self.range_deletes.append((cf, self.kind))

@@ -95,6 +95,7 @@ class StateMachine:
             kv.put(K.PARTITIONS, K.tp_identity(tp), self._rows[tp].pack())
         self._segments.flush()
         self._epochs.flush()
+        self._max_timestamps.flush()
         for mp, offset in self._consumed.items():
             key = K.u32(mp)
             raw = kv.get(K.METADATA_OFFSETS, key)

@@ -188,11 +188,26 @@ class RefEntry:
         self.value = value
 
     def pack(self) -> bytes:
-        return (
-            _REF_ENTRY.pack(
-                self.segment_id, self.epoch_end, self.end_offset, self.txn_index_empty, self.size, self.start_offset
+        if _native_ref_entry is not None:
+            packed = _native_ref_entry(
+                self.segment_id,
+                self.epoch_end,
+                self.end_offset,
+                self.txn_index_empty,
+                self.size,
+                self.start_offset,
+                self.value,
             )
-            + self.value
+            if packed is not None:
+                return packed
+        return reference_ref_entry(
+            self.segment_id,
+            self.epoch_end,
+            self.end_offset,
+            self.txn_index_empty,
+            self.size,
+            self.start_offset,
+            self.value,
         )
 
     @classmethod
@@ -205,6 +220,21 @@ _INT64: Final = struct.Struct(">q")
 _REF_EPOCH_END_AT: Final = 16  # after the segment id
 _NATIVE: Final = native_module("rlmm.state.keys_native")  # read in C first, when the core runs compiled
 _native_read_int64: Final[Callable[[bytes, int], int | None] | None] = None if _NATIVE is None else _NATIVE.read_int64
+_native_ref_entry: Final[Callable[[bytes, int, int, bool, int, int, bytes], bytes | None] | None] = (
+    None if _NATIVE is None else _NATIVE.ref_entry
+)
+
+
+def reference_ref_entry(
+    segment_id: bytes,
+    epoch_end: int,
+    end_offset: int,
+    txn_index_empty: bool,
+    size: int,
+    start_offset: int,
+    value: bytes,
+) -> bytes:
+    return _REF_ENTRY.pack(segment_id, epoch_end, end_offset, txn_index_empty, size, start_offset) + value
 
 
 def ref_epoch_end(data: bytes) -> int:
