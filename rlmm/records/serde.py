@@ -71,8 +71,9 @@ _NATIVE: Final = native_module("rlmm.records.wire_native")
 _decode_common: Final[Callable[[bytes], RemoteLogMetadata | None] | None] = (
     None if _NATIVE is None else _NATIVE.decode_common
 )
-_encode_common_segment: Final[Callable[[object], bytes | None] | None] = (
-    None if _NATIVE is None else _NATIVE.encode_common_segment
+# a segment's fields, read here from the compiled record (the native side would look each one up by name)
+_encode_segment_fields: Final[Callable[..., bytes | None] | None] = (
+    None if _NATIVE is None else _NATIVE.encode_segment_fields
 )
 
 
@@ -575,11 +576,31 @@ def encode_value(record: RemoteLogMetadata, *, keep_unknown_tags: bool = True) -
     structs (ascending tag order); without, the bytes are exactly Kafka's own serialization.
     Raises ``ValueError`` for a value the format cannot hold.
     """
-    if _encode_common_segment is not None:
-        value = _encode_common_segment(record)
-        if value is not None:
-            return value
-    return _reference_encode(record, keep_unknown_tags)
+    value = _native_encode(record)
+    return _reference_encode(record, keep_unknown_tags) if value is None else value
+
+
+def _native_encode(record: object) -> bytes | None:
+    """The value of a segment in the usual shape, written in C; None for anything else (the reference writes it)."""
+    if _encode_segment_fields is None or not isinstance(record, SegmentMetadata) or record.unknown_tags:
+        return None
+    tp = record.tp
+    return _encode_segment_fields(
+        tp.topic,
+        tp.topic_id,
+        tp.partition,
+        record.segment_id,
+        record.start_offset,
+        record.end_offset,
+        record.broker_id,
+        record.max_timestamp_ms,
+        record.event_timestamp_ms,
+        record.segment_leader_epochs,
+        record.segment_size_in_bytes,
+        record.custom_metadata,
+        record.state,
+        record.txn_index_empty,
+    )
 
 
 def _reference_encode(record: RemoteLogMetadata, keep_unknown_tags: bool = True) -> bytes:
