@@ -11,9 +11,15 @@ the reading of the events file. Two streams:
 * ``cluster`` (the default, ``rlmm.workload``): 200 user partitions with leader changes, retention,
   transaction indexes, redeliveries and a few invalid records;
 * ``uploads``: 100 user partitions, each uploading contiguous segments in leader epoch 0 (copy started,
-  then finished), nothing deleted: the stream on which Kafka 4.3.1's own serde and store were measured
-  on this machine kind (``KAFKA_UPLOADS``), so that the report gives rlmm's apply rate, peak RSS and
-  lookup latency as ratios of Kafka's.
+  then finished), nothing deleted: the stream on which Kafka 4.3.1's own serde and store are measured, so that
+  the report gives rlmm's apply rate, peak RSS and lookup latency as ratios of Kafka's.
+
+``--kafka`` (uploads only) measures Kafka in the same run, on the same events: Kafka 4.3.1's own serde and
+``RemoteLogMetadataCache`` in a JVM (``io.rlmm.kafka.bench.StoreYardstick``, built by
+``scripts/build_kafka_plugin.py --tests`` against Kafka's libs, ``KAFKA_LIBS`` or ``../shared/kafka-4.3.1/libs``):
+its apply rate over warm passes, the heap its store holds after a full collection, and its lookup p50. Without it
+the ratios are of figures measured once on this machine kind (``KAFKA_UPLOADS``), which a busy or a different
+machine makes wrong.
 
 ``--callgrind`` also counts instructions with valgrind's callgrind (the Debian package ``valgrind``), which hold
 on a busy machine where seconds do not: a process builds the view of all but the stream's last 2N events (N is
@@ -54,7 +60,10 @@ seconds, to show that the benchmark runs.
 * ``rocksdb_mb_after_apply``: RocksDB's block cache, memtables and table readers;
 * ``disk_mb``: the view's files;
 * ``cache_mb``, ``write_buffer_mb``: the view's block cache and memtable budget;
-* ``of_kafka``: the ``uploads`` stream's measures as ratios of Kafka's (``KAFKA_UPLOADS``); null for ``cluster``.
+* ``of_kafka``: the ``uploads`` stream's measures as ratios of Kafka's (``kafka``); null for ``cluster``.
+* ``kafka``: Kafka's figures the ratios are of: ``apply_events_per_s`` (its warm passes with ``--kafka``),
+  ``heap_mb``, ``point_query_p50_us``, and ``measured``: ``"this run"`` or ``"stored"`` (``KAFKA_UPLOADS``); null for
+  ``cluster``.
 * ``instructions``: with ``--callgrind``, the applying thread's instructions and read calls per event, and per
   call of each query (valgrind's callgrind); null without.
 * ``rows_per_event``: the rows the view's batches wrote for the stream (puts, deletions, range deletions), counted
@@ -115,6 +124,9 @@ SMOKE = {
 }
 CALLGRIND_EVENTS = 20_000  # the stream's last events, applied under callgrind onto the view of the others
 CALLGRIND_QUERIES = 500  # of the timed run's targets, asked of each query under callgrind
+KAFKA_YARDSTICK_MAIN = "io.rlmm.kafka.bench.StoreYardstick"
+KAFKA_PASSES = 4  # Kafka's applies of the stream: the first cold, the others warm
+KAFKA_HEAP = "4g"
 KAFKA_YARDSTICK = {
     "decode_records_per_s": "~5M records/s warm",
     "apply_events_per_s": "1M events in 1.1-3.1 s (in memory, not durable)",
@@ -122,13 +134,14 @@ KAFKA_YARDSTICK = {
     "txn_next": "0.18 us at distance 1, 1.5 ms at 10,000",
 }
 # Kafka 4.3.1's own serde and RemoteLogMetadataCache on the uploads stream (1M events, 500k segments), in
-# memory, warm, 4 GB heap, measured on this machine kind (three runs); a yardstick, not re-run here
+# memory, warm, 4 GB heap, measured on this machine kind (three runs): the yardstick without --kafka
 KAFKA_UPLOADS = {
     "apply_events_per_s": (832_000, 893_000),
     "heap_mb": 265,  # the store's heap after GC
     "point_query_p50_us": (1.5, 1.9),
 }
 UPLOADS_PARTITIONS = 100
+SEGMENT_OFFSETS = 100  # of each uploaded segment
 METADATA_PARTITIONS = 50  # both streams, as Kafka's default topic
 TARGETS = {
     "decode_records_per_s": 200_000,
@@ -162,13 +175,13 @@ def generate_uploads(path: Path, events: int) -> None:
     with path.open("wb") as out:
         for i in range(events // 2):
             tp = partitions[i % UPLOADS_PARTITIONS]
-            start = i // UPLOADS_PARTITIONS * 100
+            start = i // UPLOADS_PARTITIONS * SEGMENT_OFFSETS
             segment_id = rng.randbytes(16)
             segment = SegmentMetadata(
                 tp,
                 segment_id,
                 start,
-                start + 99,
+                start + SEGMENT_OFFSETS - 1,
                 0,
                 1_700_000_000_000 + i,
                 1,
@@ -591,18 +604,64 @@ def second_half_growth(rss_curve: dict[str, float]) -> float:
     return round((last_mb - middle_mb) / max(last - middle, 1) * 1e6, 1)
 
 
-def of_kafka(result: dict) -> dict[str, list[float]]:
-    """rlmm's measures as ratios of Kafka's on the uploads stream ([low, high] where Kafka's is a range): apply
-    rate (higher is better), peak RSS and the view's own part of it against the store's heap, point lookup p50."""
+def of_kafka(result: dict, kafka: dict) -> dict[str, list[float]]:
+    """rlmm's measures as ratios of Kafka's (``kafka``) on the uploads stream ([low, high] where Kafka's is a range):
+    apply rate (higher is better), peak RSS and the view's own part of it against the store's heap, point lookup
+    p50."""
     apply, bare = result["apply_events_per_s"], result["apply_without_state_machine_events_per_s"]
     p50 = result["query_p50_us"]["remoteLogSegmentMetadata"]
-    heap = KAFKA_UPLOADS["heap_mb"]
+    rates, heap = (min(kafka["apply_events_per_s"]), max(kafka["apply_events_per_s"])), kafka["heap_mb"]
     return {
-        "apply": sorted(round(apply / k, 3) for k in KAFKA_UPLOADS["apply_events_per_s"]),
-        "apply_without_state_machine": sorted(round(bare / k, 3) for k in KAFKA_UPLOADS["apply_events_per_s"]),
+        "apply": sorted(round(apply / k, 3) for k in rates),
+        "apply_without_state_machine": sorted(round(bare / k, 3) for k in rates),
         "peak_rss_of_heap": [round(result["peak_rss_mb"] / heap, 3)],
         "view_peak_of_heap": [round(result["view_peak_mb"] / heap, 3)],
-        "point_query_p50": sorted(round(p50 / k, 2) for k in KAFKA_UPLOADS["point_query_p50_us"]),
+        "point_query_p50": sorted(round(p50 / k, 2) for k in kafka["point_query_p50_us"]),
+    }
+
+
+def measure_kafka(events_path: Path, tmp: Path) -> dict:
+    """Kafka 4.3.1's own serde and store on the same uploads events, in a JVM (``StoreYardstick``): its warm passes'
+    apply rates, its store's heap and its lookup p50."""
+    from scripts.bench_kafka_plugin import SLF4J_API, SLF4J_BINDING, BenchError, build, java, kafka_libs
+
+    try:
+        libs = kafka_libs(None)
+        _, classes = build(libs, tmp / "kafka", quiet=True)
+        java_bin = java()
+    except BenchError as exc:
+        raise SystemExit(f"bench_core.py --kafka: {exc}") from None
+    partitions, values = tmp / "kafka" / "partitions.txt", tmp / "kafka" / "values.bin"
+    partitions.write_text(
+        "".join(
+            f"{tp.topic_id.hex()} {tp.topic} {tp.partition} "
+            f"{metadata_partition(tp.topic_id, tp.partition, METADATA_PARTITIONS)}\n"
+            for tp in read_partitions(events_path)
+        )
+    )
+    with values.open("wb") as out:  # StoreYardstick's values file: their count, then each with its length
+        out.write(struct.pack(">i", sum(1 for _, _, value in read_events(events_path) if value is not None)))
+        for _, _, value in read_events(events_path):
+            if value is not None:
+                out.write(struct.pack(">i", len(value)) + value)
+    binding = [str(SLF4J_BINDING)] if SLF4J_BINDING.is_file() else []
+    classpath = os.pathsep.join([str(classes), f"{libs}/*", str(SLF4J_API), *binding])
+    args = {"partitions": partitions, "values": values, "metadata-partitions": METADATA_PARTITIONS}
+    args |= {"segment-offsets": SEGMENT_OFFSETS, "passes": KAFKA_PASSES}
+    out = subprocess.run(
+        [java_bin, f"-Xms{KAFKA_HEAP}", f"-Xmx{KAFKA_HEAP}", "-cp", classpath, KAFKA_YARDSTICK_MAIN]
+        + [str(x) for name, value in args.items() for x in (f"--{name}", value)],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
+    measured = json.loads(out.strip().splitlines()[-1])
+    warm = measured["apply_events_per_s"][1:] or measured["apply_events_per_s"]
+    return {
+        "apply_events_per_s": warm,
+        "heap_mb": measured["heap_mb"],
+        "point_query_p50_us": [measured["point_query_p50_us"]],
+        "measured": "this run",
     }
 
 
@@ -723,8 +782,9 @@ def report(result: dict) -> None:
             table.add_row(
                 f"{name} instructions per call / read calls", f"{count:,} / {counts['reads_per_query'][name]}", "", ""
             )
+    measured = (result["kafka"] or {}).get("measured")
     for name, ratio in (result["of_kafka"] or {}).items():
-        table.add_row(f"rlmm / Kafka, {name}", " – ".join(map(str, ratio)), "", "uploads stream, 4.3.1")
+        table.add_row(f"rlmm / Kafka, {name}", " – ".join(map(str, ratio)), "", f"uploads stream, 4.3.1, {measured}")
     console.print(table)
 
 
@@ -749,6 +809,12 @@ def main() -> None:
         help=f"also count instructions per event (the last N events, default {CALLGRIND_EVENTS:,}) and per query "
         "with valgrind's callgrind",
     )
+    parser.add_argument(
+        "--kafka",
+        action="store_true",
+        help="uploads only: measure Kafka 4.3.1's own serde and store on the same events in this run (a JVM), and "
+        "give the ratios of those figures rather than of the stored ones",
+    )
     parser.add_argument("--cache-mb", type=int, default=BLOCK_CACHE_MB, help="the view's block cache, MB [%(default)s]")
     parser.add_argument(
         "--write-buffer-mb", type=int, default=WRITE_BUFFER_MB, help="the view's memtable budget, MB [%(default)s]"
@@ -760,6 +826,8 @@ def main() -> None:
     args = parser.parse_args()
     sizes = SMOKE if args.smoke else FULL
     events = args.events or sizes["events"]
+    if args.kafka and args.stream != "uploads":
+        parser.error("--kafka measures Kafka on the uploads stream: add --stream uploads")
     if args.callgrind is not None and not 0 < args.callgrind <= events // 2:
         parser.error(f"--callgrind N counts the last N of 2N events: N from 1 to {events // 2:,} (--events / 2)")
     memory = {"cache_mb": args.cache_mb, "write_buffer_mb": args.write_buffer_mb}
@@ -816,7 +884,13 @@ def main() -> None:
             if not args.json:
                 print("counting instructions with callgrind ...", file=sys.stderr)
             result["instructions"] = instructions(events_path, Path(tmp), result["events"], args.callgrind, memory_args)
-    result["of_kafka"] = of_kafka(result) if args.stream == "uploads" else None
+        result["kafka"] = None
+        if args.stream == "uploads":
+            if args.kafka and not args.json:
+                print("measuring Kafka's own serde and store on the same events ...", file=sys.stderr)
+            stored = {**KAFKA_UPLOADS, "measured": "stored"}
+            result["kafka"] = measure_kafka(events_path, Path(tmp)) if args.kafka else stored
+    result["of_kafka"] = of_kafka(result, result["kafka"]) if result["kafka"] else None
     if args.json:
         print(json.dumps(result))
     else:

@@ -24,7 +24,7 @@ from tests.bench_docs import documented_json_keys
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 RUNS = {  # id -> the script and its arguments besides --smoke --json
     "core": ("bench_core.py",),
-    "core-uploads": ("bench_core.py", "--stream", "uploads"),
+    "core-uploads": ("bench_core.py", "--stream", "uploads", "--kafka"),  # Kafka's own store beside it, in a JVM
     "grpc": ("bench_grpc.py", "--view-dir", "{tmp}/view"),  # not a view kept in the system's temporary directory
     "ingest": ("bench_ingest.py",),
     "snapshot": ("bench_snapshot.py",),
@@ -52,6 +52,11 @@ def test_the_smoke_run_prints_the_documented_keys(run: tuple[str, ...], tmp_path
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["smoke"] is True
     assert set(result) == documented_json_keys(SCRIPTS / script)
+    if "--kafka" in arguments:  # the ratios are of Kafka's figures from this run, on the same events
+        assert result["kafka"]["measured"] == "this run" and len(result["kafka"]["apply_events_per_s"]) >= 1
+        assert result["of_kafka"]["apply"][0] == round(
+            result["apply_events_per_s"] / max(result["kafka"]["apply_events_per_s"]), 3
+        )
 
 
 def test_a_wait_for_readiness_fails_with_the_consumers_cause(kafka, rlmm_config, tmp_path: Path) -> None:

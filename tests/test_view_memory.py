@@ -1,6 +1,7 @@
 """The view's memory outside its caches does not grow with the rows it holds: the indexes and bloom filters of
 its table files are read through the block cache (by partitions) instead of being held beside it while the file
-is open, where they took ~1.8 bytes per row (10 bits of filter per key, and an index entry per block)."""
+is open, where they took ~1.8 bytes per row (10 bits of filter per key, and an index entry per block). Its
+memtables keep to their budget."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from rlmm.state.view import View
 
 ROWS_PER_FILE = 20_000
 FILES = 3
+SMALL_COLUMN_FAMILIES = (K.META, K.PARTITIONS, K.EPOCHS, K.METADATA_OFFSETS)
 
 
 def test_table_files_hold_their_indexes_and_filters_in_the_block_cache(tmp_path: Path) -> None:
     rng = random.Random(7)
-    with View(tmp_path / "view") as view:
+    with View(tmp_path / "view", write_buffer_mb=64) as view:  # a memtable holds each batch whole
         for _ in range(FILES):
             with view.batch() as batch:
                 for _ in range(ROWS_PER_FILE):
@@ -29,3 +31,21 @@ def test_table_files_hold_their_indexes_and_filters_in_the_block_cache(tmp_path:
         memory = view.memory()
         assert memory["table_readers"] < ROWS_PER_FILE * FILES // 4, f"{memory} bytes held beside the block cache"
         assert memory["memtables"] < unflushed // 10 and memory["block_cache"] > 0
+
+
+def test_a_column_familys_memtable_is_written_out_at_its_share_of_the_budget(tmp_path: Path) -> None:
+    """RocksDB holds the database's memtable budget by writing out the column family with the oldest memtable, mostly
+    a small one: each column family's own limit is what keeps a large one within a share of the budget."""
+    budget_mb, batches, rows = 8, 12, 5_000  # ~8 MB of rows into one column family
+    half = (budget_mb << 20) // 2
+    rng = random.Random(11)
+    with View(tmp_path / "view", write_buffer_mb=budget_mb) as view:
+        for _ in range(batches):
+            with view.batch() as batch:
+                for _ in range(rows):
+                    batch.stage.put(K.SEGMENTS, rng.randbytes(20), bytes(100))
+                for cf in SMALL_COLUMN_FAMILIES:  # a row or two in others at each batch, as a partition's rows are
+                    batch.stage.put(cf, rng.randbytes(20), bytes(10))
+            active = view._kv.cfs[K.SEGMENTS].property_int_value("rocksdb.cur-size-active-mem-table")
+            assert active < half, f"{active} bytes in the active memtable, of a {budget_mb} MB budget"
+        assert sum(1 for _ in view.items(K.SEGMENTS)) == batches * rows

@@ -67,7 +67,11 @@ def _column_family_options(table: BlockBasedOptions, write_buffer_mb: int) -> Op
     options = Options(raw_mode=True)
     options.set_block_based_table_factory(table)
     options.set_compression_type(DBCompressionType.lz4())
-    options.set_write_buffer_size(min(16, write_buffer_mb) << 20)
+    # RocksDB keeps the database's budget (``set_db_write_buffer_size``) by writing out one column family's memtable
+    # at a time, not the largest: with the budget as each one's own limit, a large one grew to the whole budget
+    # beside the others (9-15 MB of memtables for 8 MB). Each is now written out at a share of the budget
+    memtable_bytes = max(ARENA_BLOCK_KB << 10, (write_buffer_mb << 20) // MEMTABLE_SHARES)
+    options.set_write_buffer_size(memtable_bytes)
     options.set_max_write_buffer_number(2)
     # each column family's memtable takes an arena block as soon as it holds a row, and RocksDB's default
     # block is an eighth of the write buffer (2 MB): 14 column families held ~28 MB of mostly empty blocks
@@ -109,6 +113,7 @@ BLOCK_CACHE_MB: Final = 8
 ROW_CACHE_MB: Final = 0
 WRITE_BUFFER_MB: Final = 8
 ARENA_BLOCK_KB: Final = 256
+MEMTABLE_SHARES: Final = 4  # a column family's memtable flushes at this share of the write buffer budget
 MEMTABLE_BLOOM_RATIO: Final = 0.01
 # level-0 files that start a compaction of a seek index (``K.SEEK_INDEXES``; RocksDB's default, kept for the others,
 # is 4). With 4, nextSegmentWithTxnIndex cost 120k instructions against 90k once they were compacted (bench_core's

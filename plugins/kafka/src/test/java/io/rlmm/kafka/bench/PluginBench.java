@@ -372,7 +372,7 @@ public final class PluginBench {
 
     /** What a broker's ConsumerTask does with the topic on a restart: its partitions loaded, every value
      * deserialized and handed to the store, the partitions marked ready at the end. */
-    private static KafkaStoreDriver reread(List<TopicIdPartition> partitions, byte[][] values) {
+    static KafkaStoreDriver reread(List<TopicIdPartition> partitions, byte[][] values) {
         KafkaStoreDriver kafka = new KafkaStoreDriver();
         RemoteLogMetadataSerde serde = new RemoteLogMetadataSerde();
         for (TopicIdPartition tp : partitions) {
@@ -695,7 +695,7 @@ public final class PluginBench {
 
     // ---- small things -------------------------------------------------------------------------------------
 
-    private static List<TopicIdPartition> readPartitions(String path, int metadataPartitions) throws Exception {
+    static List<TopicIdPartition> readPartitions(String path, int metadataPartitions) throws Exception {
         RemoteLogMetadataTopicPartitioner partitioner = new RemoteLogMetadataTopicPartitioner(metadataPartitions);
         List<TopicIdPartition> partitions = new ArrayList<>();
         for (String line : Files.readAllLines(Paths.get(path), StandardCharsets.UTF_8)) {
@@ -716,7 +716,7 @@ public final class PluginBench {
         return partitions;
     }
 
-    private static byte[][] readValues(String path) throws Exception {
+    static byte[][] readValues(String path) throws Exception {
         try (DataInputStream in = new DataInputStream(new BufferedInputStream(new FileInputStream(path), 1 << 20))) {
             byte[][] values = new byte[in.readInt()][];
             for (int i = 0; i < values.length; i++) {
@@ -747,14 +747,14 @@ public final class PluginBench {
         return round((System.nanoTime() - startNanos) / 1e6, 2);
     }
 
-    private static double median(List<Double> values) {
+    static double median(List<Double> values) {
         List<Double> sorted = new ArrayList<>(values);
         Collections.sort(sorted);
         int n = sorted.size();
         return n % 2 == 1 ? sorted.get(n / 2) : round((sorted.get(n / 2 - 1) + sorted.get(n / 2)) / 2, 2);
     }
 
-    private static double round(double value, int digits) {
+    static double round(double value, int digits) {
         double scale = Math.pow(10, digits);
         return Math.round(value * scale) / scale;
     }
