@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 from rlmm.state import keys as K
+from rlmm.state.rocks import COMPACTION_READAHEAD_KB, FILE_WRITE_BUFFER_KB
 from rlmm.state.view import View
 
 ROWS_PER_FILE = 20_000
@@ -49,3 +50,14 @@ def test_a_column_familys_memtable_is_written_out_at_its_share_of_the_budget(tmp
             active = view._kv.cfs[K.SEGMENTS].property_int_value("rocksdb.cur-size-active-mem-table")
             assert active < half, f"{active} bytes in the active memtable, of a {budget_mb} MB budget"
         assert sum(1 for _ in view.items(K.SEGMENTS)) == batches * rows
+
+
+def test_the_background_works_buffers_are_what_the_view_chose(tmp_path: Path) -> None:
+    """RocksDB records the options it took in the database's OPTIONS file: its own defaults are 2 MB of compaction
+    readahead and 1 MB of file write buffer."""
+    with View(tmp_path / "view"):
+        pass
+    (options_file,) = sorted((tmp_path / "view").glob("OPTIONS-*"))[-1:]
+    taken = dict(line.strip().split("=", 1) for line in options_file.read_text().splitlines() if "=" in line)
+    assert int(taken["compaction_readahead_size"]) == COMPACTION_READAHEAD_KB << 10 < 2 << 20
+    assert int(taken["writable_file_max_buffer_size"]) == FILE_WRITE_BUFFER_KB << 10 < 1 << 20
