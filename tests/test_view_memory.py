@@ -9,8 +9,9 @@ import random
 from pathlib import Path
 
 from rlmm.state import keys as K
+from rlmm.state import view as view_module
 from rlmm.state.rocks import COMPACTION_READAHEAD_KB, FILE_WRITE_BUFFER_KB
-from rlmm.state.view import View
+from rlmm.state.view import RELEASE_AFTER_ROWS, View
 
 ROWS_PER_FILE = 20_000
 FILES = 3
@@ -35,8 +36,8 @@ def test_table_files_hold_their_indexes_and_filters_in_the_block_cache(tmp_path:
 
 
 def test_a_column_familys_memtable_is_written_out_at_its_share_of_the_budget(tmp_path: Path) -> None:
-    """RocksDB holds the database's memtable budget by writing out the column family with the oldest memtable, mostly
-    a small one: each column family's own limit is what keeps a large one within a share of the budget."""
+    """RocksDB keeps the database's memtable budget by writing out one column family's memtable at a time, not the
+    largest: each column family's own limit is what keeps a large one within a share of the budget."""
     budget_mb, batches, rows = 8, 12, 5_000  # ~8 MB of rows into one column family
     half = (budget_mb << 20) // 2
     rng = random.Random(11)
@@ -61,3 +62,16 @@ def test_the_background_works_buffers_are_what_the_view_chose(tmp_path: Path) ->
     taken = dict(line.strip().split("=", 1) for line in options_file.read_text().splitlines() if "=" in line)
     assert int(taken["compaction_readahead_size"]) == COMPACTION_READAHEAD_KB << 10 < 2 << 20
     assert int(taken["writable_file_max_buffer_size"]) == FILE_WRITE_BUFFER_KB << 10 < 1 << 20
+
+
+def test_glibcs_free_pages_are_given_back_after_so_many_rows(tmp_path: Path, monkeypatch) -> None:
+    releases: list[int] = []
+    monkeypatch.setattr(view_module, "release_free_memory", lambda: releases.append(1))
+    rng = random.Random(5)
+    batches, rows = 6, RELEASE_AFTER_ROWS // 4 + 1  # a release at the fourth batch, none before
+    with View(tmp_path / "view") as view:
+        for done in range(1, batches + 1):
+            with view.batch() as batch:
+                for _ in range(rows):
+                    batch.stage.put(K.SEGMENTS, rng.randbytes(20), bytes(10))
+            assert len(releases) == done // 4, f"{len(releases)} releases after {done * rows} rows"
