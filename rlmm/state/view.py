@@ -49,9 +49,9 @@ OFFSET_CACHE_LIMIT: Final = 4_000_000  # what lookups hold in memory, in start o
 OFFSET_ENTRY_CACHE_BYTES: Final = 4 << 20  # the offset-index entries single lookups read: ~10,000 segments
 LOOKUP_MEMO_BYTES: Final = 16 << 20  # the segments single lookups found: ~28,000 of ~200 bytes
 # rows written between two returns of glibc's free pages to the kernel (``release_free_memory``): about four of
-# bench_core's uploads batches. bench_core --stream uploads at 1M events: peak RSS 66.7 / 66.7 MB against 70.3 / 69.9,
-# the same apply rate (154,491 / 144,682 against 157,894 / 132,501 events/s). After every batch: 66.0-66.6 MB, but
-# the apply ran at 130.6k-140.8k events/s against 138.0k-152.9k
+# bench_core's uploads batches. bench_core --stream uploads at 1M events: peak RSS 66.7 / 66.7 / 66.7 / 69.6 MB
+# against a median of 69.9 in eleven runs without, the same apply rate. After every batch: 66.0-66.6 MB, but the
+# apply ran at 130.6k-140.8k events/s against 138.0k-152.9k
 RELEASE_AFTER_ROWS: Final = 25_000
 CONSUMER_STATE_PREFIX: Final = b"consumer:"  # meta keys owned by the consumer
 COUNTER_PREFIX: Final = b"count:"  # meta keys counting records by result
@@ -341,7 +341,7 @@ class View:
         self._offset_cache.committing(stage)
         self._lookup_memo.committing(stage)
         self._times.lap("caches")
-        self._rows_since_release += len(writes)  # (a written batch counts none)
+        self._rows_since_release += len(writes)  # before the write, which empties the batch
         try:
             with self._clock.changing():
                 self._kv.write(writes)
