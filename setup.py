@@ -77,7 +77,7 @@ def ext_modules() -> list:
     from Cython.Build import cythonize
     from mypyc.build import mypycify
 
-    BuildExtRecordingSources.digests = {name: compiled.source_record(name) for name in compiled.CORE_MODULES}
+    BuildExtRecordingSources.digests = {name: compiled.source_record(name) for name in compiled.RECORDED_SOURCES}
 
     def relative(name: str) -> str:
         return str(compiled.source_path(name).relative_to(HERE.resolve()))

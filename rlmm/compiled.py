@@ -53,13 +53,17 @@ NATIVE_MODULES = (
     "rlmm.state.maxtree_native",  # reference: rlmm.state.maxtree (through rlmm.state.trees)
 )
 CORE_MODULES = COMPILED_MODULES + NATIVE_MODULES
+# the inline helpers NATIVE_MODULES cimport (.pxd): compiled into each of them, so an edit leaves them all stale
+NATIVE_HEADERS = ("rlmm.records.big_endian",)
+RECORDED_SOURCES = CORE_MODULES + NATIVE_HEADERS
 INTERPRETED_ENV = "RLMM_INTERPRETED"
 _ROOT = Path(__file__).resolve().parent.parent  # the directory holding the rlmm package
 SOURCES_RECORD = Path(__file__).with_name("compiled_sources.json")  # written by setup.py when it compiles
 
 
 def source_path(name: str) -> Path:
-    return _ROOT.joinpath(*name.split(".")).with_suffix(".pyx" if name in NATIVE_MODULES else ".py")
+    suffix = ".pyx" if name in NATIVE_MODULES else ".pxd" if name in NATIVE_HEADERS else ".py"
+    return _ROOT.joinpath(*name.split(".")).with_suffix(suffix)
 
 
 def source_digest(name: str) -> str:
@@ -76,15 +80,16 @@ def source_record(name: str) -> dict[str, object]:
 
 def stale_modules() -> list[str]:
     """Modules of a compiled core whose source differs from the one compiled, or that were not built (a checkout
-    compiled before they existed). Checked in a source checkout only, where sources are edited; an installed rlmm
-    runs what its wheel holds."""
+    compiled before they existed), and native headers edited since. Checked in a source checkout only, where sources
+    are edited; an installed rlmm runs what its wheel holds."""
     if not (_ROOT / "pyproject.toml").exists():
         return []
     built = [name for name in CORE_MODULES if _has_extension(name)]
     if not built:
         return []
     record = json.loads(SOURCES_RECORD.read_text()) if SOURCES_RECORD.exists() else {}
-    return [name for name in CORE_MODULES if name not in built or not _unchanged(name, record.get(name))]
+    stale = [name for name in CORE_MODULES if name not in built or not _unchanged(name, record.get(name))]
+    return stale + [name for name in NATIVE_HEADERS if not _unchanged(name, record.get(name))]
 
 
 def _unchanged(name: str, recorded: object) -> bool:

@@ -117,6 +117,22 @@ def test_a_source_is_taken_as_compiled_by_its_stamp_or_else_its_digest() -> None
     assert not compiled._unchanged(name, digest)  # a record of the format before: stale until reinstalled
 
 
+def test_an_edited_native_header_leaves_the_compiled_core_stale(tmp_path: Path, monkeypatch) -> None:
+    record = json.loads(compiled.SOURCES_RECORD.read_text())
+    for header in compiled.NATIVE_HEADERS:
+        assert header in record, f"setup.py did not record {header}"
+        assert any(
+            f"from {header} cimport" in compiled.source_path(name).read_text() for name in compiled.NATIVE_MODULES
+        ), f"no native module cimports {header}"
+    assert compiled.stale_modules() == []
+    header = compiled.NATIVE_HEADERS[0]
+    record[header] = {**record[header], "size": record[header]["size"] + 1, "sha256": "0" * 64}
+    edited = tmp_path / "compiled_sources.json"
+    edited.write_text(json.dumps(record))
+    monkeypatch.setattr(compiled, "SOURCES_RECORD", edited)
+    assert compiled.stale_modules() == [header]
+
+
 ENUM_MEMBER_READ = re.compile(r"\b(SegmentState|PartitionDeleteState)\.[A-Z_]+\b")
 
 

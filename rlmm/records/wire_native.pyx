@@ -9,13 +9,13 @@ is always the reference's, field for field and byte for byte.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
+from rlmm.records.big_endian cimport exact_int, get_u32, get_u64, put_u32, put_u64
 from rlmm.records.model import SegmentMetadata, SegmentState, TopicIdPartition, new_segment, new_update
 
 cdef enum:
@@ -39,16 +39,12 @@ cdef bytes _HEAD_SEGMENT = b"\x01\x00\x00"  # frame version 1, api key 0, versio
 cdef list _PARTITIONS = [(b"", None)] * PARTITION_SLOTS
 
 
-cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
-
-
 cdef inline int32_t _i32(const uint8_t* p) noexcept nogil:
-    return <int32_t>_u32(p)
+    return <int32_t>get_u32(p)
 
 
 cdef inline int64_t _i64(const uint8_t* p) noexcept nogil:
-    return <int64_t>((<uint64_t>_u32(p) << 32) | <uint64_t>_u32(p + 4))
+    return <int64_t>get_u64(p)
 
 
 cdef inline Py_ssize_t _length(const uint8_t* p, Py_ssize_t end, Py_ssize_t* at) noexcept nogil:
@@ -76,7 +72,7 @@ cdef object _partition(const uint8_t* p, Py_ssize_t end, Py_ssize_t* at):
     cdef const uint8_t* h = p + name + length  # the topic id, then the partition
     at[0] = name + length + UUID + 4
     cdef Py_ssize_t size = at[0] - start
-    cdef Py_ssize_t slot = (_u32(h) ^ (_u32(h + UUID) * <uint32_t>0x9E3779B1)) % PARTITION_SLOTS
+    cdef Py_ssize_t slot = (get_u32(h) ^ (get_u32(h + UUID) * <uint32_t>0x9E3779B1)) % PARTITION_SLOTS
     cdef tuple known = _PARTITIONS[slot]
     cdef bytes wire = known[0]
     if PyBytes_GET_SIZE(wire) == size and memcmp(PyBytes_AS_STRING(wire), p + start, size) == 0:
@@ -217,31 +213,6 @@ def decode_common(bytes data):
     return None
 
 
-cdef inline bint _int(object value, int64_t low, int64_t high, int64_t* out):
-    """An exact int within [low, high] into ``out``; false for anything else."""
-    cdef int overflow = 0
-    if not PyLong_CheckExact(value):
-        return False
-    cdef long long v = PyLong_AsLongLongAndOverflow(value, &overflow)
-    if overflow or v < low or v > high:
-        return False
-    out[0] = v
-    return True
-
-
-cdef inline uint8_t* _put_u32(uint8_t* q, uint32_t v) noexcept nogil:
-    q[0] = v >> 24
-    q[1] = v >> 16
-    q[2] = v >> 8
-    q[3] = v
-    return q + 4
-
-
-cdef inline uint8_t* _put_i64(uint8_t* q, int64_t v) noexcept nogil:
-    _put_u32(q, <uint32_t>(<uint64_t>v >> 32))
-    return _put_u32(q + 4, <uint32_t><uint64_t>v)
-
-
 cdef inline Py_ssize_t _uvarint_size(uint32_t v) noexcept nogil:
     cdef Py_ssize_t n = 1
     while v >= 0x80:
@@ -302,13 +273,13 @@ def encode_segment_fields(
         return None
     cdef int64_t partition, start, stop, broker, max_ts, event_ts, size, epoch, offset
     if not (
-        _int(tp_partition, INT32_MIN, INT32_MAX, &partition)
-        and _int(start_offset, INT64_MIN, INT64_MAX, &start)
-        and _int(end_offset, INT64_MIN, INT64_MAX, &stop)
-        and _int(broker_id, INT32_MIN, INT32_MAX, &broker)
-        and _int(max_timestamp_ms, INT64_MIN, INT64_MAX, &max_ts)
-        and _int(event_timestamp_ms, INT64_MIN, INT64_MAX, &event_ts)
-        and _int(segment_size_in_bytes, INT32_MIN, INT32_MAX, &size)
+        exact_int(tp_partition, INT32_MIN, INT32_MAX, &partition)
+        and exact_int(start_offset, INT64_MIN, INT64_MAX, &start)
+        and exact_int(end_offset, INT64_MIN, INT64_MAX, &stop)
+        and exact_int(broker_id, INT32_MIN, INT32_MAX, &broker)
+        and exact_int(max_timestamp_ms, INT64_MIN, INT64_MAX, &max_ts)
+        and exact_int(event_timestamp_ms, INT64_MIN, INT64_MAX, &event_ts)
+        and exact_int(segment_size_in_bytes, INT32_MIN, INT32_MAX, &size)
     ):
         return None
     cdef Py_ssize_t count = PyTuple_GET_SIZE(epochs), name_size = PyBytes_GET_SIZE(name), custom_size = 0, i
@@ -317,8 +288,8 @@ def encode_segment_fields(
         if type(entry) is not tuple or PyTuple_GET_SIZE(entry) != 2:
             return None
         if not (
-            _int(<object>PyTuple_GET_ITEM(entry, 0), INT32_MIN, INT32_MAX, &epoch)
-            and _int(<object>PyTuple_GET_ITEM(entry, 1), INT64_MIN, INT64_MAX, &offset)
+            exact_int(<object>PyTuple_GET_ITEM(entry, 0), INT32_MIN, INT32_MAX, &epoch)
+            and exact_int(<object>PyTuple_GET_ITEM(entry, 1), INT64_MIN, INT64_MAX, &offset)
         ):
             return None
     if custom is not None:
@@ -343,27 +314,27 @@ def encode_segment_fields(
     memcpy(q, PyBytes_AS_STRING(name), name_size)
     q += name_size
     memcpy(q, PyBytes_AS_STRING(topic_id), UUID)
-    q = _put_u32(q + UUID, <uint32_t>partition)
+    q = put_u32(q + UUID, <uint32_t>partition)
     q[0] = 0
     memcpy(q + 1, PyBytes_AS_STRING(segment_id), UUID)
     q += 1 + UUID
     q[0] = 0
-    q = _put_i64(q + 1, start)
-    q = _put_i64(q, stop)
-    q = _put_u32(q, <uint32_t>broker)
-    q = _put_i64(q, max_ts)
-    q = _put_i64(q, event_ts)
+    q = put_u64(q + 1, <uint64_t>start)
+    q = put_u64(q, <uint64_t>stop)
+    q = put_u32(q, <uint32_t>broker)
+    q = put_u64(q, <uint64_t>max_ts)
+    q = put_u64(q, <uint64_t>event_ts)
     q[0] = <uint8_t>(count + 1)
     q += 1
     for i in range(count):
         entry = <object>PyTuple_GET_ITEM(epochs, i)
-        _int(<object>PyTuple_GET_ITEM(entry, 0), INT32_MIN, INT32_MAX, &epoch)
-        _int(<object>PyTuple_GET_ITEM(entry, 1), INT64_MIN, INT64_MAX, &offset)
-        q = _put_u32(q, <uint32_t>epoch)
-        q = _put_i64(q, offset)
+        exact_int(<object>PyTuple_GET_ITEM(entry, 0), INT32_MIN, INT32_MAX, &epoch)
+        exact_int(<object>PyTuple_GET_ITEM(entry, 1), INT64_MIN, INT64_MAX, &offset)
+        q = put_u32(q, <uint32_t>epoch)
+        q = put_u64(q, <uint64_t>offset)
         q[0] = 0
         q += 1
-    q = _put_u32(q, <uint32_t>size)
+    q = put_u32(q, <uint32_t>size)
     if custom is None:
         q[0] = 0
         q += 1

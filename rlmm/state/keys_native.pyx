@@ -10,9 +10,10 @@ reference's.
 
 from cpython.array cimport array
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
+
+from rlmm.records.big_endian cimport exact_int, get_u64, put_u32, put_u64
 
 cdef enum:
     TPID = 4
@@ -23,37 +24,9 @@ cdef enum:
     REF_ENTRY = 45  # segment id, epoch end, end offset, txn index empty, size (int32), start offset; then the value
 
 
-cdef inline bint _int(object value, int64_t low, int64_t high, int64_t* out):
-    """An exact int within [low, high] into ``out``; false for anything else."""
-    cdef int overflow = 0
-    if not PyLong_CheckExact(value):
-        return False
-    cdef long long v = PyLong_AsLongLongAndOverflow(value, &overflow)
-    if overflow or v < low or v > high:
-        return False
-    out[0] = v
-    return True
-
-
-cdef inline uint8_t* _put_u32(uint8_t* q, uint32_t v) noexcept nogil:
-    q[0] = v >> 24
-    q[1] = v >> 16
-    q[2] = v >> 8
-    q[3] = v
-    return q + 4
-
-
 cdef inline uint8_t* _put_flipped(uint8_t* q, int64_t v) noexcept nogil:
     """A signed 64-bit value with its sign bit flipped, big-endian: its bytes sort as the values."""
-    cdef uint64_t u = <uint64_t>v ^ (<uint64_t>1 << 63)
-    _put_u32(q, <uint32_t>(u >> 32))
-    return _put_u32(q + 4, <uint32_t>u)
-
-
-cdef inline uint8_t* _put_int64(uint8_t* q, int64_t v) noexcept nogil:
-    """A signed 64-bit value, big-endian (two's complement)."""
-    _put_u32(q, <uint32_t>(<uint64_t>v >> 32))
-    return _put_u32(q + 4, <uint32_t><uint64_t>v)
+    return put_u64(q, <uint64_t>v ^ (<uint64_t>1 << 63))
 
 
 cdef inline bint _sized(object value, Py_ssize_t size):
@@ -62,12 +35,12 @@ cdef inline bint _sized(object value, Py_ssize_t size):
 
 cdef inline uint8_t* _put_prefix(uint8_t* q, object tpid, int64_t epoch) noexcept:
     memcpy(q, PyBytes_AS_STRING(tpid), TPID)
-    return _put_u32(q + TPID, <uint32_t>epoch ^ (<uint32_t>1 << 31))
+    return put_u32(q + TPID, <uint32_t>epoch ^ (<uint32_t>1 << 31))
 
 
 def epoch_prefix(tpid, epoch):
     cdef int64_t e
-    if not (_sized(tpid, TPID) and _int(epoch, INT32_MIN, INT32_MAX, &e)):
+    if not (_sized(tpid, TPID) and exact_int(epoch, INT32_MIN, INT32_MAX, &e)):
         return None
     key = PyBytes_FromStringAndSize(NULL, EPOCH_PREFIX)
     _put_prefix(<uint8_t*>PyBytes_AS_STRING(key), tpid, e)
@@ -76,7 +49,11 @@ def epoch_prefix(tpid, epoch):
 
 def offset_key(tpid, epoch, offset):
     cdef int64_t e, o
-    if not (_sized(tpid, TPID) and _int(epoch, INT32_MIN, INT32_MAX, &e) and _int(offset, INT64_MIN, INT64_MAX, &o)):
+    if not (
+        _sized(tpid, TPID)
+        and exact_int(epoch, INT32_MIN, INT32_MAX, &e)
+        and exact_int(offset, INT64_MIN, INT64_MAX, &o)
+    ):
         return None
     key = PyBytes_FromStringAndSize(NULL, OFFSET_KEY)
     _put_flipped(_put_prefix(<uint8_t*>PyBytes_AS_STRING(key), tpid, e), o)
@@ -87,8 +64,8 @@ def timestamp_entry(max_timestamp_ms, end_offset, segment_id):
     cdef int64_t t, o
     if not (
         _sized(segment_id, SEGMENT_ID)
-        and _int(max_timestamp_ms, INT64_MIN, INT64_MAX, &t)
-        and _int(end_offset, INT64_MIN, INT64_MAX, &o)
+        and exact_int(max_timestamp_ms, INT64_MIN, INT64_MAX, &t)
+        and exact_int(end_offset, INT64_MIN, INT64_MAX, &o)
     ):
         return None
     entry = PyBytes_FromStringAndSize(NULL, TIMESTAMP_ENTRY)
@@ -101,11 +78,11 @@ def ref_entry(segment_id, epoch_end, end_offset, txn_index_empty, size, start_of
     cdef int64_t e, o, z, b
     if not (
         _sized(segment_id, SEGMENT_ID)
-        and _int(epoch_end, INT64_MIN, INT64_MAX, &e)
-        and _int(end_offset, INT64_MIN, INT64_MAX, &o)
+        and exact_int(epoch_end, INT64_MIN, INT64_MAX, &e)
+        and exact_int(end_offset, INT64_MIN, INT64_MAX, &o)
         and type(txn_index_empty) is bool
-        and _int(size, INT32_MIN, INT32_MAX, &z)
-        and _int(start_offset, INT64_MIN, INT64_MAX, &b)
+        and exact_int(size, INT32_MIN, INT32_MAX, &z)
+        and exact_int(start_offset, INT64_MIN, INT64_MAX, &b)
         and type(value) is bytes
     ):
         return None
@@ -113,9 +90,9 @@ def ref_entry(segment_id, epoch_end, end_offset, txn_index_empty, size, start_of
     row = PyBytes_FromStringAndSize(NULL, REF_ENTRY + length)
     cdef uint8_t* q = <uint8_t*>PyBytes_AS_STRING(row)
     memcpy(q, PyBytes_AS_STRING(segment_id), SEGMENT_ID)
-    q = _put_int64(_put_int64(q + SEGMENT_ID, e), o)
+    q = put_u64(put_u64(q + SEGMENT_ID, <uint64_t>e), <uint64_t>o)
     q[0] = 1 if txn_index_empty else 0
-    q = _put_int64(_put_u32(q + 1, <uint32_t>z), b)
+    q = put_u64(put_u32(q + 1, <uint32_t>z), <uint64_t>b)
     memcpy(q, PyBytes_AS_STRING(value), length)
     return row
 
@@ -127,7 +104,7 @@ def floor_key(prefix, starts, offset):
         _sized(prefix, EPOCH_PREFIX)
         and type(starts) is array
         and (<array>starts).ob_descr.typecode == b"q"
-        and _int(offset, INT64_MIN, INT64_MAX, &o)
+        and exact_int(offset, INT64_MIN, INT64_MAX, &o)
     ):
         return None
     cdef const long long* values = (<array>starts).data.as_longlongs
@@ -151,11 +128,7 @@ def floor_key(prefix, starts, offset):
 def read_int64(data, pos):
     """The big-endian signed 64-bit field at ``pos`` of ``data``."""
     cdef int64_t p
-    if not (type(data) is bytes and _int(pos, 0, PyBytes_GET_SIZE(data) - 8, &p)):
+    if not (type(data) is bytes and exact_int(pos, 0, PyBytes_GET_SIZE(data) - 8, &p)):
         return None
     cdef const uint8_t* q = <const uint8_t*>PyBytes_AS_STRING(data) + p
-    cdef uint64_t u = 0
-    cdef int i
-    for i in range(8):
-        u = (u << 8) | q[i]
-    return <int64_t>u
+    return <int64_t>get_u64(q)

@@ -19,6 +19,8 @@ from libcpp.unordered_set cimport unordered_set
 from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref, preincrement as inc
 
+from rlmm.records.big_endian cimport get_u64, put_u64
+
 cdef enum:
     BITS = 4  # of the position per level
     SLOTS = 16
@@ -75,20 +77,6 @@ cdef inline int slot_of(Page* page, uint64_t position) noexcept nogil:
 
 cdef inline bint used(Page* page, int slot) noexcept nogil:
     return (page.used >> slot) & 1
-
-
-cdef inline void put_u64(char* at, uint64_t value) noexcept nogil:
-    cdef int i
-    for i in range(8):
-        at[i] = <char>((value >> (56 - 8 * i)) & 0xFF)
-
-
-cdef inline uint64_t get_u64(const unsigned char* at) noexcept nogil:
-    cdef uint64_t value = 0
-    cdef int i
-    for i in range(8):
-        value = (value << 8) | at[i]
-    return value
 
 
 cdef void set_slot(Page* page, int slot, int64_t first, int64_t second, uint8_t child_level, uint64_t child) noexcept nogil:
@@ -163,10 +151,10 @@ cdef bytes pack_page(Page* page):
     for slot in range(SLOTS):
         if used(page, slot):
             held = &page.slots[slot]
-            put_u64(out, <uint64_t>held.first)
-            put_u64(out + 8, <uint64_t>held.second)
+            put_u64(<uint8_t*>out, <uint64_t>held.first)
+            put_u64(<uint8_t*>out + 8, <uint64_t>held.second)
             out[16] = <char>held.child_level
-            put_u64(out + 17, held.child)
+            put_u64(<uint8_t*>out + 17, held.child)
             out += SLOT_BYTES
     return value
 
@@ -511,7 +499,7 @@ cdef class TreePages:
             top = self.cache.tops[name]
             if top.present:
                 top_value[0] = <char>top.level
-                put_u64(top_value + 1, top.node)
+                put_u64(<uint8_t*>top_value + 1, top.node)
                 self._put(cf, key, PyBytes_FromStringAndSize(top_value, 9))
             else:
                 self._kv.delete(cf, key)
@@ -555,7 +543,7 @@ cdef inline string _page_name(const char* tree, int tree_len, int level, uint64_
     cdef char key[KEY_MAX]
     memcpy(key, tree, tree_len)
     key[tree_len] = <char>level
-    put_u64(key + tree_len + 1, node)
+    put_u64(<uint8_t*>key + tree_len + 1, node)
     return string(<const char*>key, <size_t>(tree_len + 9))
 
 
