@@ -43,6 +43,34 @@ def test_counting_changes_no_row_and_counts_what_the_batches_wrote(tmp_path: Pat
     assert abs(by_kind - counted["rows"] * len(events)) < 2  # every row is some kind's (to the rounding)
 
 
+def test_counting_changes_no_row_of_uploads_in_a_row(tmp_path: Path) -> None:
+    """Consecutive events of one epoch: the counting view writes the rows out after each event, and must still write
+    the epoch's row as the last event left it."""
+    events = []
+    for i in range(5):
+        segment = SegmentMetadata(
+            TP,
+            bytes([i + 1]) * 16,
+            10 * i,
+            10 * i + 9,
+            0,
+            i,
+            1,
+            ((0, 10 * i),),
+            100,
+            None,
+            SegmentState.COPY_SEGMENT_STARTED,
+        )
+        finished = SegmentUpdate(TP, segment.segment_id, 1, 2, None, SegmentState.COPY_SEGMENT_FINISHED)
+        events += [(0, 2 * i, encode_value(segment)), (0, 2 * i + 1, encode_value(finished))]
+    with View(tmp_path / "plain") as plain, View(tmp_path / "counting", count_rows=True) as counting:
+        apply_stream(plain, events, [TP])
+        apply_stream(counting, events, [TP])
+        for cf in K.COLUMN_FAMILIES:
+            assert list(counting.items(cf)) == list(plain.items(cf)), cf
+        assert counting.queries.remote_log_size(TP, 0) == 500
+
+
 def test_an_upload_in_one_batch_writes_the_rows_of_its_layout(tmp_path: Path) -> None:
     segment = SegmentMetadata(
         TP, b"\x02" * 16, 0, 99, 0, 1_000, 1, ((0, 0),), 1_000, None, SegmentState.COPY_SEGMENT_STARTED

@@ -30,6 +30,7 @@ from rlmm.state.rows import EpochRow, RefEntry
 from rlmm.state.segment_rows import SegmentRows
 from rlmm.state.trees import TreeCache, new_tree_cache
 
+_NO_TPID: Final = object()  # the last row's tpid before any row is asked for: no tpid is this object
 REFERENCED: Final = 1  # membership flag: the id is in the epoch's offset index
 UNREFERENCED: Final = 2  # membership flag: the id is in the epoch's unreferenced set
 
@@ -69,6 +70,10 @@ class EpochIndex:
     written back by ``flush``, memberships likewise through ``segments`` (which its owner flushes); the other rows
     are written as they change."""
 
+    _last_tpid: object
+    _last_epoch: int
+    _last_row: EpochRow
+
     def __init__(
         self,
         kv: WriteKV,
@@ -82,6 +87,7 @@ class EpochIndex:
         self.segments = segments
         self._rows = {} if rows is None else rows  # tpid|epoch -> row
         self._dirty_rows: set[bytes] = set()
+        self._forget_last()
         self._tree_pages = (new_tree_cache() if tree_cache is None else tree_cache).pages_over(kv, K.TIMESTAMP_TREES)
 
     def flush(self) -> None:
@@ -91,6 +97,7 @@ class EpochIndex:
             kv.put(K.EPOCHS, key, self._rows[key].pack())
         self._tree_pages.flush()
         self._dirty_rows.clear()
+        self._forget_last()
 
     def forget(self, tpid: bytes) -> None:
         """Drop what is cached of a partition whose rows were deleted."""
@@ -98,15 +105,26 @@ class EpochIndex:
         for key in [k for k in self._rows if k.startswith(tpid)]:
             del self._rows[key]
         self._dirty_rows = {k for k in self._dirty_rows if not k.startswith(tpid)}
+        self._forget_last()
+
+    def _forget_last(self) -> None:
+        self._last_tpid = _NO_TPID
+        self._last_epoch = 0
+        self._last_row = EpochRow()
 
     def row(self, tpid: bytes, epoch: int) -> EpochRow:
-        """The epoch's row, to be changed (written back by ``flush``; a new epoch gets a row)."""
+        """The epoch's row, to be changed (written back by ``flush``; a new epoch gets a row). A record's transition
+        asks for the same row several times: the last row asked for is kept (and marked changed) until ``flush``,
+        and found again when asked with the very same tpid object and epoch."""
+        if tpid is self._last_tpid and epoch == self._last_epoch:
+            return self._last_row
         key = K.epoch_prefix(tpid, epoch)
         er = self._rows.get(key)
         if er is None:
             raw = self.kv.get(K.EPOCHS, key)
             er = self._rows[key] = EpochRow() if raw is None else EpochRow.unpack(raw)
         self._dirty_rows.add(key)
+        self._last_tpid, self._last_epoch, self._last_row = tpid, epoch, er
         return er
 
     # ---- RemoteLogLeaderEpochState's handlers: one segment in one of its epochs ----------------------------------
@@ -198,6 +216,7 @@ class EpochIndex:
         kv = self.kv
         row_key = K.epoch_prefix(tpid, epoch)
         er = self._rows[row_key] = EpochRow(highest_offset)
+        self._forget_last()  # the epoch's row, if it was the last one asked for, is replaced
         self._dirty_rows.add(row_key)
         ordered = sorted(referenced, key=_start)
         entries = [(start, offset_entry(segment, epoch, value)) for start, segment, value in ordered]

@@ -108,8 +108,11 @@ def write_sst(path: str, items: Iterable[tuple[bytes, bytes]]) -> None:
 # apply rate within the machine's noise, nextSegmentWithTxnIndex 1.19x the instructions and listings of an epoch
 # p50 1.3-1.4x the time (their blocks read as often); peak RSS 80-82 MB against 109. On the uploads stream, whose
 # events look up new keys, 1.11x the instructions per applied event (51,235 against 46,234, the last 20,000 of 1M)
-# for a peak RSS of 71-73 MB against 104
-BLOCK_CACHE_MB: Final = 8
+# for a peak RSS of 71-73 MB against 104. The block cache went from 8 MB to 6 later: bench_core at 1M events,
+# alternated, uploads (--kafka) peak RSS 64.8 / 66.7 MB against 68.3 / 67.7 (0.246-0.253 of Kafka's heap against
+# 0.257-0.259), cluster 70.2 / 69.7 against 70.8 / 71.4, with the apply rates, lookups, txn walks and listings of an
+# epoch the same within the runs' spread; at 4M uploads events, 69.6 against 72.5 MB, lookup p50 11.1 against 13.1 us
+BLOCK_CACHE_MB: Final = 6
 ROW_CACHE_MB: Final = 0
 WRITE_BUFFER_MB: Final = 8
 ARENA_BLOCK_KB: Final = 256

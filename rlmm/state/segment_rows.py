@@ -7,7 +7,7 @@ back once by ``flush`` (deleted when the segment has neither metadata nor an epo
 
 from __future__ import annotations
 
-from typing import final
+from typing import Final, final
 
 from rlmm.records.model import SegmentMetadata
 from rlmm.records.serde import decode_value, encode_value
@@ -33,17 +33,38 @@ class _Row:
         self.encoded = b""
 
 
+_NO_KEY: Final = object()  # the last row's key before any row is found: no tpid or segment id is this object
+
+
 @final
 class SegmentRows:
     """Rows are found by tpid, then segment id: the fold passes the same tpid and segment id objects around, whose
-    hashes Python keeps, where one key joined from them would be a new object to hash at every call."""
+    hashes Python keeps, where one key joined from them would be a new object to hash at every call. A record's
+    transition asks for its segment's row some six times: the last row found is kept, and found again when asked
+    with the very same tpid and segment id objects."""
+
+    _last_tpid: object
+    _last_id: object
+    _last_row: _Row
 
     def __init__(self, kv: WriteKV) -> None:
         self.kv = kv
         self._rows: dict[bytes, dict[bytes, _Row]] = {}  # tpid -> segment id -> row
         self._dirty: list[tuple[bytes, bytes, _Row]] = []
+        self._forget_last()
+
+    def _forget_last(self) -> None:
+        self._last_tpid = self._last_id = _NO_KEY
+        self._last_row = _Row(False, b"", {})
 
     def _row(self, tpid: bytes, segment_id: bytes) -> _Row:
+        if segment_id is self._last_id and tpid is self._last_tpid:
+            return self._last_row
+        row = self._find(tpid, segment_id)
+        self._last_tpid, self._last_id, self._last_row = tpid, segment_id, row
+        return row
+
+    def _find(self, tpid: bytes, segment_id: bytes) -> _Row:
         rows = self._rows.get(tpid)
         if rows is None:
             rows = self._rows[tpid] = {}
@@ -104,10 +125,12 @@ class SegmentRows:
                 kv.delete(K.SEGMENTS, tpid + segment_id)
         self._rows.clear()
         self._dirty.clear()
+        self._forget_last()
 
     def forget(self, tpid: bytes) -> None:
         """Drop what is cached of a partition whose rows were deleted."""
         self._rows.pop(tpid, None)
+        self._forget_last()
         self._dirty = [changed for changed in self._dirty if changed[0] != tpid]
 
 
