@@ -329,7 +329,7 @@ def test_replica_not_available_while_the_server_loads(harness: Harness, kafka, t
         got = harness.call("poll_until_ready", timeout=300, id="loading", tp=tp, timeout_ms=120_000)
         assert got["kafka_not_ready"]["class"] == "org.apache.kafka.common.errors.ReplicaNotAvailableException"
         kinds = [kind for kind, _, _, _ in got["sequence"]]
-        assert kinds[-1] == "answer+ready", got["sequence"]
+        assert kinds[-1] == "answer+ready", f"{got['sequence']}\nthe server's log:\n{server.log_tail()}"
         assert "ReplicaNotAvailableException" in kinds, f"never seen loading: {got['sequence']}"
         for i, (kind, _count, max_ms, example) in enumerate(got["sequence"]):
             # isReady is asked before each lookup: "answer" alone is a lookup right after the partition became ready
