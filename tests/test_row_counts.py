@@ -9,6 +9,7 @@ from rlmm.records.model import SegmentMetadata, SegmentState, SegmentUpdate, Top
 from rlmm.records.serde import encode_value
 from rlmm.state import keys as K
 from rlmm.state.view import View
+from tests.grpc_support import finished, segment
 from tests.snapshot_support import workload_events
 
 TP = TopicIdPartition(b"\x01" * 16, "rows", 0)
@@ -46,29 +47,15 @@ def test_counting_changes_no_row_and_counts_what_the_batches_wrote(tmp_path: Pat
 def test_counting_changes_no_row_of_uploads_in_a_row(tmp_path: Path) -> None:
     """Consecutive events of one epoch: the counting view writes the rows out after each event, and must still write
     the epoch's row as the last event left it."""
-    events = []
-    for i in range(5):
-        segment = SegmentMetadata(
-            TP,
-            bytes([i + 1]) * 16,
-            10 * i,
-            10 * i + 9,
-            0,
-            i,
-            1,
-            ((0, 10 * i),),
-            100,
-            None,
-            SegmentState.COPY_SEGMENT_STARTED,
-        )
-        finished = SegmentUpdate(TP, segment.segment_id, 1, 2, None, SegmentState.COPY_SEGMENT_FINISHED)
-        events += [(0, 2 * i, encode_value(segment)), (0, 2 * i + 1, encode_value(finished))]
+    added = [segment(TP, 10 * i, 10 * i + 9) for i in range(5)]
+    records = [record for seg in added for record in (seg, finished(seg))]
+    events = [(0, offset, encode_value(record)) for offset, record in enumerate(records)]
     with View(tmp_path / "plain") as plain, View(tmp_path / "counting", count_rows=True) as counting:
         apply_stream(plain, events, [TP])
         apply_stream(counting, events, [TP])
         for cf in K.COLUMN_FAMILIES:
             assert list(counting.items(cf)) == list(plain.items(cf)), cf
-        assert counting.queries.remote_log_size(TP, 0) == 500
+        assert counting.queries.remote_log_size(TP, 0) == sum(seg.segment_size_in_bytes for seg in added)
 
 
 def test_an_upload_in_one_batch_writes_the_rows_of_its_layout(tmp_path: Path) -> None:

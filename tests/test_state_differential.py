@@ -30,6 +30,7 @@ from rlmm.state import keys as K
 from rlmm.state.probe import probe_partition
 from rlmm.state.queries import Queries
 from rlmm.state.view import View
+from tests.grpc_support import finished, segment
 from tests.reference_model import ReferenceModel
 
 ASSIGNED = TopicIdPartition(b"\x01" * 16, "orders", 0)
@@ -230,22 +231,13 @@ def memo_answers(queries: Queries) -> list:
     return answers
 
 
-def _segment_events(first_offset: int, segment_id: bytes, start: int) -> list[tuple[int, bytes]]:
-    added = SegmentMetadata(
-        ASSIGNED, segment_id, start, start + 9, 0, 5, 0, ((0, start),), 100, None, SegmentState.COPY_SEGMENT_STARTED
-    )
-    finished = SegmentUpdate(ASSIGNED, segment_id, 0, 0, None, SegmentState.COPY_SEGMENT_FINISHED)
-    return [(first_offset, encode_value(added)), (first_offset + 1, encode_value(finished))]
-
-
 def test_a_partition_assigned_again_within_a_batch_folds_as_across_batches(tmp_path: Path) -> None:
     """Unassigned, a partition's rows go; assigned again in the same batch, its epochs start afresh, as they do
     when each step is a batch of its own (the fold's caches of rows must forget the partition)."""
-    steps: list[tuple] = [("assign",), ("ready",)]
-    before = _segment_events(0, SEGMENT_IDS[0], 0) + _segment_events(2, SEGMENT_IDS[1], 10)
-    steps += [("apply", *event) for event in before]
-    steps += [("unassign",), ("assign",), ("ready",)]
-    steps += [("apply", *event) for event in _segment_events(4, SEGMENT_IDS[2], 20)]
+    added = [segment(ASSIGNED, start, start + 9) for start in (0, 10, 20)]
+    records = [record for seg in added for record in (seg, finished(seg))]
+    applies = [("apply", offset, encode_value(record)) for offset, record in enumerate(records)]
+    steps: list[tuple] = [("assign",), ("ready",), *applies[:4], ("unassign",), ("assign",), ("ready",), *applies[4:]]
 
     def run(step, batch) -> None:
         if step[0] == "apply":
@@ -262,5 +254,5 @@ def test_a_partition_assigned_again_within_a_batch_folds_as_across_batches(tmp_p
                         run(step, batch)
             contents.append({cf: list(view.items(cf)) for cf in K.COLUMN_FAMILIES})
             listed = view.queries.list_epoch_segments(ASSIGNED, 0)
-            assert [s.segment_id for s in listed] == [SEGMENT_IDS[2]]
+            assert [s.segment_id for s in listed] == [added[2].segment_id]
     assert contents[0] == contents[1]
