@@ -4,7 +4,7 @@
 # definition. An edit here makes every native module stale until rebuilt (rlmm/compiled.py's NATIVE_HEADERS).
 
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 
 cdef inline bint exact_int(object value, int64_t low, int64_t high, int64_t* out):
@@ -25,6 +25,14 @@ cdef inline uint32_t get_u32(const uint8_t* p) noexcept nogil:
 
 cdef inline uint64_t get_u64(const uint8_t* p) noexcept nogil:
     return (<uint64_t>get_u32(p) << 32) | <uint64_t>get_u32(p + 4)
+
+
+cdef inline int32_t get_i32(const uint8_t* p) noexcept nogil:
+    return <int32_t>get_u32(p)
+
+
+cdef inline int64_t get_i64(const uint8_t* p) noexcept nogil:
+    return <int64_t>get_u64(p)
 
 
 cdef inline uint8_t* put_u32(uint8_t* q, uint32_t v) noexcept nogil:

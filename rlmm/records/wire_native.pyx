@@ -15,7 +15,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from rlmm.records.big_endian cimport exact_int, get_u32, get_u64, put_u32, put_u64
+from rlmm.records.big_endian cimport exact_int, get_i32, get_i64, get_u32, put_u32, put_u64
 from rlmm.records.model import SegmentMetadata, SegmentState, TopicIdPartition, new_segment, new_update
 
 cdef enum:
@@ -37,14 +37,6 @@ cdef bytes _HEAD_SEGMENT = b"\x01\x00\x00"  # frame version 1, api key 0, versio
 # chosen by id and partition: the records of a partition share one TopicIdPartition while it keeps its slot (they are
 # values, and a dict keyed by them finds the one it holds by identity). A slot is replaced whole, by one store.
 cdef list _PARTITIONS = [(b"", None)] * PARTITION_SLOTS
-
-
-cdef inline int32_t _i32(const uint8_t* p) noexcept nogil:
-    return <int32_t>get_u32(p)
-
-
-cdef inline int64_t _i64(const uint8_t* p) noexcept nogil:
-    return <int64_t>get_u64(p)
 
 
 cdef inline Py_ssize_t _length(const uint8_t* p, Py_ssize_t end, Py_ssize_t* at) noexcept nogil:
@@ -80,7 +72,7 @@ cdef object _partition(const uint8_t* p, Py_ssize_t end, Py_ssize_t* at):
     tp = _TP(
         PyBytes_FromStringAndSize(<const char*>h, UUID),
         PyUnicode_DecodeUTF8(<const char*>p + name, length, "replace"),
-        _i32(h + UUID),
+        get_i32(h + UUID),
     )
     _PARTITIONS[slot] = (PyBytes_FromStringAndSize(<const char*>p + start, size), tp)
     return tp
@@ -107,11 +99,11 @@ cdef object _epochs(const uint8_t* p, Py_ssize_t count):
     for i in range(count):
         if p[EPOCH_ENTRY - 1]:
             return None
-        epoch = _i32(p)
+        epoch = get_i32(p)
         if i and epoch <= previous:
             return None
         previous = epoch
-        entry = (epoch, _i64(p + 4))
+        entry = (epoch, get_i64(p + 4))
         Py_INCREF(entry)
         PyTuple_SET_ITEM(epochs, i, entry)
         p += EPOCH_ENTRY
@@ -136,7 +128,7 @@ cdef object _segment(const uint8_t* p, Py_ssize_t end):
     if tp is None or at + SEGMENT_RUN > end:
         return None
     cdef const uint8_t* r = p + at
-    cdef int64_t start = _i64(r), stop = _i64(r + 8)
+    cdef int64_t start = get_i64(r), stop = get_i64(r + 8)
     cdef Py_ssize_t count = <Py_ssize_t>r[36] - 1
     if not 0 < count < 0x7F or start < 0 or stop < start:
         return None
@@ -147,7 +139,7 @@ cdef object _segment(const uint8_t* p, Py_ssize_t end):
     if epochs is None:
         return None
     at += EPOCH_ENTRY * count
-    cdef int32_t size = _i32(p + at)
+    cdef int32_t size = get_i32(p + at)
     at += 4
     cdef bint ok = True
     custom = _custom_metadata(p, end, &at, &ok)
@@ -167,9 +159,9 @@ cdef object _segment(const uint8_t* p, Py_ssize_t end):
         PyBytes_FromStringAndSize(<const char*>p + segment_id, UUID),
         start,
         stop,
-        _i32(r + 16),
-        _i64(r + 20),
-        _i64(r + 28),
+        get_i32(r + 16),
+        get_i64(r + 20),
+        get_i64(r + 28),
         epochs,
         size,
         custom,
@@ -183,8 +175,8 @@ cdef object _update(const uint8_t* p, Py_ssize_t end):
     tp = _segment_id_entry(p, end, &at, &segment_id)
     if tp is None or at + 12 + 3 > end:  # broker, event ts, then at least custom metadata, state, tags
         return None
-    cdef int32_t broker = _i32(p + at)
-    cdef int64_t event_ts = _i64(p + at + 4)
+    cdef int32_t broker = get_i32(p + at)
+    cdef int64_t event_ts = get_i64(p + at + 4)
     at += 12
     cdef bint ok = True
     custom = _custom_metadata(p, end, &at, &ok)

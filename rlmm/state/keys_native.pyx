@@ -13,7 +13,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from rlmm.records.big_endian cimport exact_int, get_u64, put_u32, put_u64
+from rlmm.records.big_endian cimport exact_int, get_i64, put_u32, put_u64
 
 cdef enum:
     TPID = 4
@@ -131,4 +131,4 @@ def read_int64(data, pos):
     if not (type(data) is bytes and exact_int(pos, 0, PyBytes_GET_SIZE(data) - 8, &p)):
         return None
     cdef const uint8_t* q = <const uint8_t*>PyBytes_AS_STRING(data) + p
-    return <int64_t>get_u64(q)
+    return get_i64(q)

@@ -19,7 +19,7 @@ from libcpp.unordered_set cimport unordered_set
 from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref, preincrement as inc
 
-from rlmm.records.big_endian cimport get_u64, put_u64
+from rlmm.records.big_endian cimport get_i64, get_u64, put_u64
 
 cdef enum:
     BITS = 4  # of the position per level
@@ -255,7 +255,7 @@ cdef class TreePages:
                 at += 2
                 for slot in range(SLOTS):
                     if (used_slots >> slot) & 1:
-                        set_slot(page, slot, <int64_t>get_u64(at), <int64_t>get_u64(at + 8), at[16], get_u64(at + 17))
+                        set_slot(page, slot, get_i64(at), get_i64(at + 8), at[16], get_u64(at + 17))
                         at += SLOT_BYTES
                 page.stored = True
             page.dirty = 0
