@@ -74,7 +74,7 @@ def _partition_rows(job: tuple) -> dict:
             continue
         items.sort()
         path = str(Path(sst_dir) / f"{worker:03d}-{cf}.sst")
-        write_load_file(path, items)
+        write_load_file(path, cf, items)
         ssts[cf] = path
     return {"ssts": ssts, "small": small, "partitions": index - first_index, "segments": segments, "rows": kv.count}
 

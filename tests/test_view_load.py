@@ -4,6 +4,7 @@ rather than loaded over."""
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +34,7 @@ def _load_args(source: View, files_dir: Path) -> dict:
         items = list(source.items(cf))
         if items:
             files[cf] = [str(files_dir / f"{cf}.sst")]
-            write_load_file(files[cf][0], items)
+            write_load_file(files[cf][0], cf, items)
     rows = [(cf, key, value) for cf in (K.PARTITIONS, K.TP_BY_ID) for key, value in source.items(cf)]
     return {
         "rows": rows,
@@ -116,7 +117,24 @@ def test_loaded_files_have_the_bloom_filters_and_index_partitions_of_the_views_o
     with View(tmp_path / "view") as view:
         view.load(**args)
         segments = sum(1 for _ in view.items(K.SEGMENTS))
-        properties = view._kv.cfs[K.SEGMENTS].property_value("rocksdb.aggregated-table-properties")
-    table = {name.strip(): int(value) for name, value in re.findall(r"([^;=]+)=(\d+)", properties)}
+        table = _table_properties(view, K.SEGMENTS)
     assert table["# entries for filter"] == segments > 0
     assert table["filter block size"] > 0 and table["# index partitions"] > 0
+
+
+def test_loaded_segments_files_have_whole_filters_as_the_views_own(tmp_path: Path) -> None:
+    """``K.HELD_FILTERS``. By partitions, each filter partition also ends an index partition: the same rows laid out
+    for another column family make more of them."""
+    rng = random.Random(3)
+    rows = sorted((rng.randbytes(20), bytes(100)) for _ in range(20_000))
+    with View(tmp_path / "view") as view:
+        for cf in (K.SEGMENTS, K.OFFSETS):
+            write_load_file(tmp_path / f"{cf}.sst", cf, rows)
+            view._kv.ingest(cf, [str(tmp_path / f"{cf}.sst")])
+        partitions = {cf: _table_properties(view, cf)["# index partitions"] for cf in (K.SEGMENTS, K.OFFSETS)}
+    assert 0 < partitions[K.SEGMENTS] < partitions[K.OFFSETS], partitions
+
+
+def _table_properties(view: View, cf: str) -> dict[str, int]:
+    properties = view._kv.cfs[cf].property_value("rocksdb.aggregated-table-properties")
+    return {name.strip(): int(value) for name, value in re.findall(r"([^;=]+)=(\d+)", properties)}

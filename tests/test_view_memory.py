@@ -1,7 +1,8 @@
-"""The view's memory outside its caches does not grow with the rows it holds: the indexes and bloom filters of
-its table files are read through the block cache (by partitions) instead of being held beside it while the file
-is open, where they took ~1.8 bytes per row (10 bits of filter per key, and an index entry per block). Its
-memtables keep to their budget."""
+"""The view's memory outside its caches grows with its segments alone: the indexes and bloom filters of its table
+files are read through the block cache (by partitions) instead of being held beside it while the file is open,
+where they took ~1.8 bytes per row (10 bits of filter per key, and an index entry per block), but for the bloom
+filters of the segments' files, held whole (10 bits per segment), which the apply path probes for each new segment.
+Its memtables keep to their budget."""
 
 from __future__ import annotations
 
@@ -18,21 +19,37 @@ FILES = 3
 SMALL_COLUMN_FAMILIES = (K.META, K.PARTITIONS, K.EPOCHS, K.METADATA_OFFSETS)
 
 
-def test_table_files_hold_their_indexes_and_filters_in_the_block_cache(tmp_path: Path) -> None:
+def _files_of_rows(view: View, cf: str) -> tuple[int, int]:
+    """``FILES`` table files of ``ROWS_PER_FILE`` random rows each in ``cf``: the memtables' bytes before the last
+    flush, and the bytes the open table files hold beside the block cache."""
     rng = random.Random(7)
+    for _ in range(FILES):
+        with view.batch() as batch:
+            for _ in range(ROWS_PER_FILE):
+                batch.stage.put(cf, rng.randbytes(20), bytes(100))
+        unflushed = view.memory()["memtables"]
+        assert unflushed > ROWS_PER_FILE * 120  # the rows, before the flush
+        view.flush()  # a table file each
+    assert view._kv.cfs[cf].property_int_value("rocksdb.num-files-at-level0") == FILES
+    assert sum(1 for _ in view.items(cf)) == ROWS_PER_FILE * FILES  # and every row reads back
+    return unflushed, view.memory()["table_readers"]
+
+
+def test_table_files_hold_their_indexes_and_filters_in_the_block_cache(tmp_path: Path) -> None:
     with View(tmp_path / "view", write_buffer_mb=64) as view:  # a memtable holds each batch whole
-        for _ in range(FILES):
-            with view.batch() as batch:
-                for _ in range(ROWS_PER_FILE):
-                    batch.stage.put(K.SEGMENTS, rng.randbytes(20), bytes(100))
-            unflushed = view.memory()["memtables"]
-            assert unflushed > ROWS_PER_FILE * 120  # the rows, before the flush
-            view.flush()  # a table file each
-        assert view._kv.cfs[K.SEGMENTS].property_int_value("rocksdb.num-files-at-level0") == FILES
-        assert sum(1 for _ in view.items(K.SEGMENTS)) == ROWS_PER_FILE * FILES  # and every row reads back
+        unflushed, held = _files_of_rows(view, K.OFFSETS)
+        assert held < ROWS_PER_FILE * FILES // 4, f"{held} bytes held beside the block cache"
         memory = view.memory()
-        assert memory["table_readers"] < ROWS_PER_FILE * FILES // 4, f"{memory} bytes held beside the block cache"
         assert memory["memtables"] < unflushed // 10 and memory["block_cache"] > 0
+
+
+def test_the_segments_files_hold_their_whole_bloom_filters(tmp_path: Path) -> None:
+    """10 bits per row, and little more (the indexes stay in the cache)."""
+    assert K.HELD_FILTERS == (K.SEGMENTS,)
+    with View(tmp_path / "view", write_buffer_mb=64) as view:
+        _, held = _files_of_rows(view, K.SEGMENTS)
+        rows = ROWS_PER_FILE * FILES
+        assert rows * 10 // 8 <= held < rows * 3 // 2, f"{held} bytes held beside the block cache for {rows} rows"
 
 
 def test_a_column_familys_memtable_is_written_out_at_its_share_of_the_budget(tmp_path: Path) -> None:
@@ -53,15 +70,41 @@ def test_a_column_familys_memtable_is_written_out_at_its_share_of_the_budget(tmp
         assert sum(1 for _ in view.items(K.SEGMENTS)) == batches * rows
 
 
+def _options_taken(view_dir: Path) -> dict[str, dict[str, str]]:
+    """The options RocksDB took, as it records them in the database's OPTIONS file, by section."""
+    (options_file,) = sorted(view_dir.glob("OPTIONS-*"))[-1:]
+    sections: dict[str, dict[str, str]] = {}
+    section = sections.setdefault("", {})
+    for line in options_file.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = sections.setdefault(line, {})
+        elif "=" in line:
+            key, value = line.split("=", 1)
+            section[key] = value
+    return sections
+
+
 def test_the_background_works_buffers_are_what_the_view_chose(tmp_path: Path) -> None:
-    """RocksDB records the options it took in the database's OPTIONS file: its own defaults are 2 MB of compaction
-    readahead and 1 MB of file write buffer."""
+    """RocksDB's own defaults are 2 MB of compaction readahead and 1 MB of file write buffer."""
     with View(tmp_path / "view"):
         pass
-    (options_file,) = sorted((tmp_path / "view").glob("OPTIONS-*"))[-1:]
-    taken = dict(line.strip().split("=", 1) for line in options_file.read_text().splitlines() if "=" in line)
+    taken = _options_taken(tmp_path / "view")["[DBOptions]"]
     assert int(taken["compaction_readahead_size"]) == COMPACTION_READAHEAD_KB << 10 < 2 << 20
     assert int(taken["writable_file_max_buffer_size"]) == FILE_WRITE_BUFFER_KB << 10 < 1 << 20
+
+
+def test_only_the_segments_filters_are_whole_and_outside_the_cache(tmp_path: Path) -> None:
+    with View(tmp_path / "view"):
+        pass
+    taken = _options_taken(tmp_path / "view")
+    for cf in K.COLUMN_FAMILIES:
+        table = taken[f'[TableOptions/BlockBasedTable "{cf}"]']
+        held = cf in K.HELD_FILTERS
+        assert table["partition_filters"] == str(not held).lower(), cf
+        assert table["cache_index_and_filter_blocks"] == str(not held).lower(), cf
+        assert table["index_type"] == "kTwoLevelIndexSearch", cf
+        assert "bloomfilter" in table["filter_policy"], cf
 
 
 def test_glibcs_free_pages_are_given_back_after_so_many_rows(tmp_path: Path, monkeypatch) -> None:

@@ -76,6 +76,10 @@ PER_PARTITION: Final = (
 # small indexes that queries seek in (nextSegmentWithTxnIndex, the listings, the timestamp descent's unreferenced
 # segments): RocksDB compacts their level-0 files sooner (rlmm/state/rocks.py)
 SEEK_INDEXES: Final = (UNREFERENCED, TXN, BREAKS, INVERSIONS, FINISHED_UNREFERENCED)
+# column families whose table files hold their bloom filters whole, beside the block cache: the apply path's point
+# reads there are mostly of keys not there (a new segment's id), which a partitioned filter makes dearer
+# (rlmm/state/rocks.py, table_format)
+HELD_FILTERS: Final = (SEGMENTS,)
 # column families of older schema versions, opened to upgrade a view and dropped once it is
 LEGACY_COLUMN_FAMILIES: Final = ("membership",)
 

@@ -43,12 +43,24 @@ def storage_error(exc: Exception) -> Exception:
     return ViewStorageFailed(text)
 
 
-def table_format(cache: Cache | None = None) -> BlockBasedOptions:
-    """How the view's table files are laid out and read (``cache``: the block cache they are read through)."""
+def table_format(cache: Cache | None = None, *, held_filters: bool = False) -> BlockBasedOptions:
+    """How the view's table files are laid out and read (``cache``: the block cache they are read through;
+    ``held_filters``: each file's bloom filter whole, held beside the cache, as ``K.HELD_FILTERS`` have theirs)."""
     table = BlockBasedOptions()
     if cache is not None:
         table.set_block_cache(cache)
     table.set_bloom_filter(10, False)
+    table.set_index_type(BlockBasedIndexType.two_level_index_search())
+    if held_filters:
+        # The segments' point reads are mostly of new ids, at random keys, which miss: each probes the filter of
+        # every level-0 file and of one file per level below (4.4 files a miss on bench_core's uploads stream). By
+        # partitions, a probe searched the file's index of partitions and looked its partition up in the cache
+        # (~1,100 instructions a file, 7,500 per uploads event in all); whole, it hashes once (3,200 per event).
+        # Held by the open file, outside the cache, a filter takes 10 bits per segment (1.2 MB per million
+        # segments) and never crowds the cache: in it, the whole filter of a view that outgrew the cache would be
+        # read again at each miss. The indexes stay partitioned, in the cache.
+        table.set_cache_index_and_filter_blocks(False)
+        return table
     # Table files' indexes and bloom filters are read through the block cache, in partitions of a few KB,
     # rather than held whole beside it for as long as the file is open: there they took ~5 MB more for each
     # million events applied, whatever the cache's size. Whole in the cache, the filters of a growing view
@@ -57,7 +69,6 @@ def table_format(cache: Cache | None = None) -> BlockBasedOptions:
     # the level-0 files' blocks, stay pinned.
     table.set_cache_index_and_filter_blocks(True)
     table.set_partition_filters(True)
-    table.set_index_type(BlockBasedIndexType.two_level_index_search())
     table.set_pin_top_level_index_and_filter(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     return table
@@ -84,12 +95,12 @@ def _column_family_options(table: BlockBasedOptions, write_buffer_mb: int) -> Op
     return options
 
 
-def write_sst(path: str, items: Iterable[tuple[bytes, bytes]]) -> None:
-    """Rows of one column family, in key order, as a table file that ``RocksKV.ingest`` adds as it is, laid out
+def write_sst(path: str, cf: str, items: Iterable[tuple[bytes, bytes]]) -> None:
+    """Rows of column family ``cf``, in key order, as a table file that ``RocksKV.ingest`` adds as it is, laid out
     as the view writes its own (with no bloom filter and one whole index, read through the block cache, a
     restored view of 1.5M segments applied its tail at a quarter of the rate)."""
     options = Options(raw_mode=True)
-    options.set_block_based_table_factory(table_format())
+    options.set_block_based_table_factory(table_format(held_filters=cf in K.HELD_FILTERS))
     options.set_compression_type(DBCompressionType.lz4())
     writer = SstFileWriter(options=options)
     writer.open(path)
@@ -156,8 +167,10 @@ class RocksKV:
         are then deleted key by key (a partition's deletion reads all its keys). ``secondary``: open as a
         RocksDB secondary instance (its own files in that directory) that follows the process writing the
         database (``catch_up``)."""
-        table = table_format(Cache(cache_mb << 20))
+        cache = Cache(cache_mb << 20)
+        table = table_format(cache)
         cf_options = _column_family_options(table, write_buffer_mb)
+        held_options = _column_family_options(table_format(cache, held_filters=True), write_buffer_mb)
         # the small indexes queries seek in: a seek reads every level-0 file (a point read skips most by their
         # bloom filters), and the write buffer's flushes leave them many small ones
         seek_options = _column_family_options(table, write_buffer_mb)
@@ -178,7 +191,10 @@ class RocksKV:
         self.fault: ViewDamaged | None = None
         self._path = str(path)
         self._options = options
-        self._cf_options = {cf: seek_options if cf in K.SEEK_INDEXES else cf_options for cf in K.COLUMN_FAMILIES}
+        self._cf_options = {
+            cf: seek_options if cf in K.SEEK_INDEXES else held_options if cf in K.HELD_FILTERS else cf_options
+            for cf in K.COLUMN_FAMILIES
+        }
         self._read_only = read_only or secondary is not None
         if secondary is not None:
             self._access = AccessType.secondary(str(secondary))

@@ -480,9 +480,9 @@ def _counter_key(name: str) -> bytes:
     return COUNTER_PREFIX + name.encode()
 
 
-def write_load_file(path: str | Path, rows: Iterable[tuple[bytes, bytes]]) -> None:
-    """Rows of one column family, in key order, as a file for ``View.load`` (worker processes may write them)."""
-    write_sst(str(path), rows)
+def write_load_file(path: str | Path, cf: str, rows: Iterable[tuple[bytes, bytes]]) -> None:
+    """Rows of column family ``cf``, in key order, as a file for ``View.load`` (worker processes may write them)."""
+    write_sst(str(path), cf, rows)
 
 
 def reset_view(path: str | Path) -> list[TopicIdPartition]:
