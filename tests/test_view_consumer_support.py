@@ -1,5 +1,6 @@
 """What the view offers the consumer: readiness withdrawn on restart, consumer bookkeeping committed
-with a batch, a record read again quarantined and counted once, a read-only view beside a writer."""
+with a batch, consumed offsets and outcomes of interleaved metadata partitions, a record read again quarantined and
+counted once, a read-only view beside a writer."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import pytest
 
 from rlmm.errors import ReplicaNotAvailable, ViewNotFound
 from rlmm.records import TopicIdPartition
+from rlmm.records.serde import encode_value
 from rlmm.state.view import View
+from tests.grpc_support import finished, segment
 
 TP = TopicIdPartition(bytes(16), "t", 0)
 
@@ -39,6 +42,42 @@ def test_consumer_state_is_committed_with_the_batch(tmp_path) -> None:
         with view.batch() as batch:
             batch.put_consumer_state(b"k", None)
         assert view.consumer_state() == {}
+
+
+def test_consumed_offsets_and_outcomes_of_interleaved_metadata_partitions(tmp_path) -> None:
+    """Each metadata partition's consumed offset is the greatest of its records, whatever their order within a batch
+    and across batches (a record read again never moves it back); each outcome is counted."""
+    added = segment(TP, 0, 9)
+    unassigned = TopicIdPartition(bytes(16), "t", 1)
+    records = [
+        (0, 5, encode_value(added)),  # applied
+        (1, 9, encode_value(segment(unassigned, 0, 9))),  # skipped: not assigned
+        (0, 7, encode_value(finished(added))),  # applied
+        (2, 1, b"\x01"),  # quarantined
+        (0, 8, encode_value(finished(segment(TP, 10, 19)))),  # ignored: unknown segment
+        (1, 3, None),  # quarantined
+        (0, 6, encode_value(finished(added))),  # skipped: already processed (TP's records came up to offset 8)
+    ]
+    with View(tmp_path / "view") as view:
+        with view.batch() as batch:
+            batch.assign(TP)
+            batch.mark_ready(TP)
+        with view.batch() as batch:
+            for record in records:
+                batch.apply(*record)
+        assert view.metadata_offsets() == {0: 8, 1: 9, 2: 1}
+        with view.batch() as batch:  # read again, and one more of partition 2
+            batch.apply(1, 4, None)
+            batch.apply(0, 2, None)
+            batch.apply(2, 3, None)
+        assert view.metadata_offsets() == {0: 8, 1: 9, 2: 3}
+        assert view.counters() == {
+            "applied": 2,
+            "skipped:not_assigned": 1,
+            "quarantined": 5,
+            "ignored:unknown_segment": 1,
+            "skipped:already_processed": 1,
+        }
 
 
 def test_a_record_read_again_is_quarantined_once(tmp_path) -> None:
