@@ -26,13 +26,11 @@ from rlmm.records.model import COPY_SEGMENT_FINISHED, SegmentMetadata
 from rlmm.state import keys as K
 from rlmm.state import timestamp_index as TI
 from rlmm.state.kv import ReadKV, WriteKV
-from rlmm.state.rows import EpochRow, RefEntry
+from rlmm.state.rows import REFERENCED, UNREFERENCED, EpochRow, RefEntry
 from rlmm.state.segment_rows import SegmentRows
 from rlmm.state.trees import TreeCache, new_tree_cache
 
 _NO_TPID: Final = object()  # the last row's tpid before any row is asked for: no tpid is this object
-REFERENCED: Final = 1  # membership flag: the id is in the epoch's offset index
-UNREFERENCED: Final = 2  # membership flag: the id is in the epoch's unreferenced set
 
 
 def epoch_end(segment: SegmentMetadata, epoch: int) -> int:
@@ -67,8 +65,8 @@ def ref_entry(kv: ReadKV, key: bytes) -> RefEntry:
 @final
 class EpochIndex:
     """The epochs' state over a ``WriteKV``. Epoch rows are read once, kept as objects while a batch runs and
-    written back by ``flush``, memberships likewise through ``segments`` (which its owner flushes); the other rows
-    are written as they change."""
+    written back by ``flush``, memberships likewise through ``segments`` (which its owner flushes), and the
+    unreferenced sets' rows with them; the other rows are written as they change."""
 
     _last_tpid: object
     _last_epoch: int
@@ -267,12 +265,10 @@ class EpochIndex:
 
     def _unreferenced_add(self, er: EpochRow, tpid: bytes, epoch: int, segment_id: bytes, size: int | None) -> None:
         if self._membership(er, tpid, epoch, segment_id, UNREFERENCED, True, size):
-            self.kv.put_new(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id, b"")
             er.unreferenced += 1
 
     def _unreferenced_remove(self, er: EpochRow, tpid: bytes, epoch: int, segment_id: bytes, size: int) -> None:
         if self._membership(er, tpid, epoch, segment_id, UNREFERENCED, False, size):
-            self.kv.delete(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id)
             er.unreferenced -= 1
 
     # ---- the offset index ------------------------------------------------------------------------------------------

@@ -255,14 +255,16 @@ def ref_value(data: bytes) -> bytes:
     return data[_REF_ENTRY_SIZE:]
 
 
+REFERENCED: Final = 1  # membership flag: the id is in the epoch's offset index
+UNREFERENCED: Final = 2  # membership flag: the id is in the epoch's unreferenced set
 _MEMBERSHIP: Final = struct.Struct(">iB")
 _MEMBERSHIP_COUNT: Final = struct.Struct(">I")
 _ONE_MEMBERSHIP: Final = struct.Struct(">IiB")
 
 
 def pack_segment_row(members: dict[int, int], value: bytes) -> bytes:
-    """A segment's row: its memberships, (epoch, flags) pairs after their count (flags 1 = referenced, 2 =
-    unreferenced), then its topic value (empty: an id that epochs track without metadata)."""
+    """A segment's row: its memberships, (epoch, flags) pairs after their count (flags ``REFERENCED``,
+    ``UNREFERENCED``), then its topic value (empty: an id that epochs track without metadata)."""
     if len(members) == 1:  # most segments lie in one epoch
         for epoch, flags in members.items():
             return _ONE_MEMBERSHIP.pack(1, epoch, flags) + value

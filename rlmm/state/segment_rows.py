@@ -2,7 +2,9 @@
 
 The state machine reads and changes a segment's metadata, the ``EpochIndex`` its memberships; both go through one
 ``SegmentRows``, which reads each row once per batch, decodes its metadata only when asked, and writes each row
-back once by ``flush`` (deleted when the segment has neither metadata nor an epoch that tracks it).
+back once by ``flush`` (deleted when the segment has neither metadata nor an epoch that tracks it), with the rows of
+the epochs' unreferenced sets, which follow the memberships' ``UNREFERENCED`` flags: a segment added and copied
+within a batch, unreferenced in between, writes none.
 """
 
 from __future__ import annotations
@@ -13,14 +15,24 @@ from rlmm.records.model import SegmentMetadata
 from rlmm.records.serde import decode_value, encode_value
 from rlmm.state import keys as K
 from rlmm.state.kv import ReadKV, WriteKV
-from rlmm.state.rows import pack_segment_row, segment_row_value, unpack_memberships
+from rlmm.state.rows import UNREFERENCED, pack_segment_row, segment_row_value, unpack_memberships
 
 
 @final
 class _Row:
     """One segment's row as the batch sees it."""
 
-    __slots__ = ("stored", "value", "metadata", "decoded", "members", "dirty", "encoded_from", "encoded")
+    __slots__ = (
+        "stored",
+        "value",
+        "metadata",
+        "decoded",
+        "members",
+        "stored_members",
+        "dirty",
+        "encoded_from",
+        "encoded",
+    )
 
     def __init__(self, stored: bool, value: bytes, members: dict[int, int]) -> None:
         self.stored = stored  # whether the KV held it when it was read
@@ -28,6 +40,7 @@ class _Row:
         self.metadata: SegmentMetadata | None = None
         self.decoded = not value  # whether ``metadata`` is the metadata
         self.members = members
+        self.stored_members = dict(members)  # as the KV holds them, and the unreferenced sets' rows with them
         self.dirty = False  # whether ``flush`` writes it
         self.encoded_from: SegmentMetadata | None = None  # the version of the segment last encoded, into ``encoded``
         self.encoded = b""
@@ -123,6 +136,8 @@ class SegmentRows:
                     kv.put_new(K.SEGMENTS, tpid + segment_id, pack_segment_row(row.members, value))
             elif row.stored:
                 kv.delete(K.SEGMENTS, tpid + segment_id)
+            if row.members != row.stored_members:
+                _write_unreferenced(kv, tpid, segment_id, row.stored_members, row.members)
         self._rows.clear()
         self._dirty.clear()
         self._forget_last()
@@ -132,6 +147,19 @@ class SegmentRows:
         self._rows.pop(tpid, None)
         self._forget_last()
         self._dirty = [changed for changed in self._dirty if changed[0] != tpid]
+
+
+def _write_unreferenced(
+    kv: WriteKV, tpid: bytes, segment_id: bytes, stored: dict[int, int], members: dict[int, int]
+) -> None:
+    """Put the segment in, or take it out of, the unreferenced sets of the epochs whose ``UNREFERENCED`` flag it
+    gained or lost since its memberships were stored."""
+    for epoch, flags in members.items():
+        if flags & UNREFERENCED and not stored.get(epoch, 0) & UNREFERENCED:
+            kv.put_new(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id, b"")
+    for epoch, flags in stored.items():
+        if flags & UNREFERENCED and not members.get(epoch, 0) & UNREFERENCED:
+            kv.delete(K.UNREFERENCED, K.epoch_prefix(tpid, epoch) + segment_id)
 
 
 def _encoding(row: _Row, segment: SegmentMetadata) -> bytes:
