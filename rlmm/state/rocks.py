@@ -122,8 +122,14 @@ def write_sst(path: str, cf: str, items: Iterable[tuple[bytes, bytes]]) -> None:
 # for a peak RSS of 71-73 MB against 104. The block cache went from 8 MB to 6 later: bench_core at 1M events,
 # alternated, uploads (--kafka) peak RSS 64.8 / 66.7 MB against 68.3 / 67.7 (0.246-0.253 of Kafka's heap against
 # 0.257-0.259), cluster 70.2 / 69.7 against 70.8 / 71.4, with the apply rates, lookups, txn walks and listings of an
-# epoch the same within the runs' spread; at 4M uploads events, 69.6 against 72.5 MB, lookup p50 11.1 against 13.1 us
-BLOCK_CACHE_MB: Final = 6
+# epoch the same within the runs' spread; at 4M uploads events, 69.6 against 72.5 MB, lookup p50 11.1 against 13.1 us.
+# Then to 5, once the segments' bloom filters had left the cache (K.HELD_FILTERS: 0.6 MB beside it at 1M uploads
+# events): alternated with 6 MB, uploads (--kafka) peak RSS 65.4 / 65.3 MB against 65.9 / 66.6 (0.248 of Kafka's heap
+# against 0.250-0.253) at the same apply rate; cluster peak 69.6 / 69.0 against 70.6 / 70.0, apply 101.4k-104.9k
+# against 97.7k-113.2k events/s (three pairs), the same instructions per applied event (74,205 against 74,664) with
+# 0.70 table blocks read from file per event against 0.64, listings of an epoch 1.67 blocks read per call against
+# 0.98 and p50 39.9 / 40.9 us against 38.4 / 38.0
+BLOCK_CACHE_MB: Final = 5
 ROW_CACHE_MB: Final = 0
 WRITE_BUFFER_MB: Final = 8
 ARENA_BLOCK_KB: Final = 256
