@@ -61,6 +61,7 @@ cdef struct Top:
     bint present
     uint8_t level
     uint64_t node
+    Page* page  # its page once found (NULL before): the pages of a tree are freed only with its top
 
 
 cdef inline uint64_t shr(uint64_t x, int n) noexcept nogil:
@@ -292,13 +293,15 @@ cdef class TreePages:
         page.parent = NULL
         self._touch(page)
 
-    cdef Top _top(self, const char* tree, int tree_len) except *:
+    cdef Top* _top(self, const char* tree, int tree_len) except NULL:
+        """The tree's top, in the cache (which moves none of its entries while it holds them)."""
         cdef string name = string(tree, <size_t>tree_len)
         cdef unordered_map[string, Top].iterator it = self.cache.tops.find(name)
         if it != self.cache.tops.end():
-            return deref(it).second
+            return &deref(it).second
         cdef Top top
         top.present, top.level, top.node = False, 0, 0
+        top.page = NULL
         cdef bytes raw = self._get(self.cf, PyBytes_FromStringAndSize(tree, tree_len) + TOP_KEY)
         if raw is not None:
             if PyBytes_GET_SIZE(raw) != 9:
@@ -307,19 +310,30 @@ cdef class TreePages:
             top.level = <uint8_t>PyBytes_AS_STRING(raw)[0]
             top.node = get_u64(<const unsigned char*>PyBytes_AS_STRING(raw) + 1)
         self.cache.tops[name] = top
-        return top
+        return &self.cache.tops[name]
 
-    cdef void _set_top(self, const char* tree, int tree_len, bint present, int level, uint64_t node) noexcept:
+    cdef Page* _top_page(self, const char* tree, int tree_len, Top* top) except NULL:
+        """The page of a tree's top (which holds it)."""
+        if top.page == NULL:
+            top.page = self._page(tree, tree_len, top.level, top.node)
+        elif not top.page.count:
+            raise AssertionError(f"tree page {top.page.key[:top.page.key_len].hex()} is missing")
+        return top.page
+
+    cdef void _set_top(
+        self, const char* tree, int tree_len, bint present, int level, uint64_t node, Page* page
+    ) noexcept:
+        """``page``: the top's page if known (NULL: found when asked for)."""
         cdef string name = string(tree, <size_t>tree_len)
         cdef Top top
-        top.present, top.level, top.node = present, level, node
+        top.present, top.level, top.node, top.page = present, level, node, page
         self.cache.tops[name] = top
         self.dirty_tops.insert(name)
 
     cdef void _new_top(self, const char* tree, int tree_len, Page* page) noexcept:
         recompute_max(page)
         self._touch(page)
-        self._set_top(tree, tree_len, True, page.level, page.node)
+        self._set_top(tree, tree_len, True, page.level, page.node, page)
 
     cdef int _point_at(self, Page* above, Page* page) except -1:
         """Make a slot of ``above`` point at ``page`` (the old top), or at its one position if it has only that."""
@@ -340,7 +354,7 @@ cdef class TreePages:
         self._check()
         cdef const char* t = PyBytes_AS_STRING(tree)
         cdef int n = _tree_length(tree)
-        cdef Top top = self._top(t, n)
+        cdef Top* top = self._top(t, n)
         cdef Page* page
         cdef Page* above
         cdef Page* branch
@@ -352,7 +366,7 @@ cdef class TreePages:
             set_slot(page, slot_of(page, position), first, second, 0, position)
             self._new_top(t, n, page)
             return
-        page = self._page(t, n, top.level, top.node)
+        page = self._top_page(t, n, top)
         if shr(position, BITS * page.level) != page.node:  # outside the top: a new top above both
             level = branch_level(position, shl(page.node, BITS * page.level), page.level)
             above = self._new_page(t, n, level, shr(position, BITS * level))
@@ -391,10 +405,10 @@ cdef class TreePages:
         self._check()
         cdef const char* t = PyBytes_AS_STRING(tree)
         cdef int n = _tree_length(tree)
-        cdef Top top = self._top(t, n)
+        cdef Top* top = self._top(t, n)
         if not top.present:
             raise AssertionError(f"tree {tree.hex()} holds no position")
-        cdef Page* page = self._page(t, n, top.level, top.node)
+        cdef Page* page = self._top_page(t, n, top)
         cdef Page* parent = NULL
         cdef int parent_slot = 0, slot
         cdef Slot* held
@@ -428,7 +442,7 @@ cdef class TreePages:
         cdef Slot last
         cdef Page* low
         if page.count == 0:
-            self._set_top(t, n, False, 0, 0)
+            self._set_top(t, n, False, 0, 0, NULL)
             return 0
         if page.count == 1:
             last = only(page)
@@ -436,7 +450,7 @@ cdef class TreePages:
                 if last.below != NULL:
                     last.below.parent = NULL
                 self._drop(page)
-                self._set_top(t, n, True, last.child_level, last.child)
+                self._set_top(t, n, True, last.child_level, last.child, last.below)
             elif page.level > 1:
                 self._drop(page)
                 low = self._new_page(t, n, 1, last.child >> BITS)
