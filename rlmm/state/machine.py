@@ -86,11 +86,7 @@ class StateMachine:
         self._max_timestamps = MT.MaxTimestampIndex(kv, max_timestamp_tails)
         self._rows = {} if rows is None else rows
         self._dirty_rows: set[TopicIdPartition] = set()
-        # metadata partition -> greatest offset consumed in this batch, but for the partition of the last record
-        # consumed (-1: none), whose offset is kept apart: a batch's records mostly come from one partition
-        self._consumed: dict[int, int] = {}
-        self._consuming = -1
-        self._consuming_offset = -1
+        self._consumed: dict[int, int] = {}  # metadata partition -> greatest offset consumed in this batch
 
     def flush(self) -> None:
         """Write the cached objects back to the KV."""
@@ -100,7 +96,6 @@ class StateMachine:
         self._segments.flush()
         self._epochs.flush()
         self._max_timestamps.flush()
-        self._consumed_apart()
         for mp, offset in self._consumed.items():
             key = K.u32(mp)
             raw = kv.get(K.METADATA_OFFSETS, key)
@@ -171,18 +166,8 @@ class StateMachine:
 
     def record_consumed(self, metadata_partition: int, offset: int) -> None:
         """Advance the metadata partition's consumed offset (a redelivered record never moves it back)."""
-        if metadata_partition != self._consuming:
-            self._consumed_apart()
-            self._consuming = metadata_partition
-            self._consuming_offset = self._consumed.pop(metadata_partition, -1)
-        if offset > self._consuming_offset:
-            self._consuming_offset = offset
-
-    def _consumed_apart(self) -> None:
-        """The consumed offset kept apart back among the others."""
-        if self._consuming >= 0:
-            self._consumed[self._consuming] = self._consuming_offset
-            self._consuming = -1
+        if offset > self._consumed.get(metadata_partition, -1):
+            self._consumed[metadata_partition] = offset
 
     # ---- routing (ConsumerTask, RemotePartitionMetadataStore) ------------------------------------------------------
 
