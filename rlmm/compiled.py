@@ -51,6 +51,7 @@ NATIVE_MODULES = (
     "rlmm.records.wire_native",  # reference: rlmm.records.serde, which calls it first
     "rlmm.state.keys_native",  # references: rlmm.state.keys and max_timestamp, which call it first
     "rlmm.state.maxtree_native",  # reference: rlmm.state.maxtree (through rlmm.state.trees)
+    "rlmm.state.max_timestamp_native",  # reference: rlmm.state.max_timestamp's MaxTimestampIndex (new_index)
 )
 CORE_MODULES = COMPILED_MODULES + NATIVE_MODULES
 # the inline helpers NATIVE_MODULES cimport (.pxd): compiled into each of them, so an edit leaves them all stale

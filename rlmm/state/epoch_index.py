@@ -228,7 +228,7 @@ class EpochIndex:
                 kv.put(K.BREAKS, key, b"")
             if is_inversion(entry, following):
                 kv.put(K.INVERSIONS, key, b"")
-            TI.reference(self._tree_pages, tpid, epoch, start, ordered[i][1])
+            TI.reference(self._tree_pages, row_key, start, ordered[i][1])
             self._membership(er, tpid, epoch, entry.segment_id, REFERENCED, True, entry.size)
         if entries:
             er.first_key, er.last_key, er.last_end = entries[0][0], entries[-1][0], entries[-1][1].end_offset
@@ -318,8 +318,8 @@ class EpochIndex:
             self.kv.put_new(K.OFFSETS, key, entry.pack())
         else:
             self.kv.put(K.OFFSETS, key, entry.pack())
-            TI.unreference(self._tree_pages, tpid, epoch, start)
-        TI.reference(self._tree_pages, tpid, epoch, start, segment)
+            TI.unreference(self._tree_pages, prefix, start)
+        TI.reference(self._tree_pages, prefix, start, segment)
         prev_entry = None if prev is None else prev[1]
         if appended_after_txn is not None:
             self._update_index(K.TXN, key, False, not entry.txn_index_empty and not appended_after_txn)
@@ -365,7 +365,7 @@ class EpochIndex:
             next_start, was_break = None if nxt is None else nxt[0], is_break(entry, nxt)
             was_inversion = is_inversion(entry, nxt)
         self.kv.delete(K.OFFSETS, key)
-        TI.unreference(self._tree_pages, tpid, epoch, start)
+        TI.unreference(self._tree_pages, prefix, start)
         prev_entry = None if prev is None else prev[1]
         self._update_index(K.TXN, key, txn_start(prev_entry, entry), False)
         if nxt is not None:

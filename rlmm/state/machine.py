@@ -83,7 +83,7 @@ class StateMachine:
         self.kv = kv
         self._segments = SegmentRows(kv)
         self._epochs = EpochIndex(kv, self._segments, epochs, tree_cache)
-        self._max_timestamps = MT.MaxTimestampIndex(kv, max_timestamp_tails)
+        self._max_timestamps = MT.new_index(kv, max_timestamp_tails)
         self._rows = {} if rows is None else rows
         self._dirty_rows: set[TopicIdPartition] = set()
         self._consumed: dict[int, int] = {}  # metadata partition -> greatest offset consumed in this batch

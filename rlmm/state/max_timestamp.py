@@ -23,7 +23,7 @@ import struct
 import zlib
 from bisect import insort
 from collections.abc import Callable
-from typing import Final, final
+from typing import Final, Protocol, final
 
 from rlmm.compiled import native_module
 from rlmm.state import keys as K
@@ -43,6 +43,25 @@ _NATIVE: Final = native_module("rlmm.state.keys_native")
 _native_entry: Final[Callable[[int, int, bytes], bytes | None] | None] = (
     None if _NATIVE is None else _NATIVE.timestamp_entry
 )
+
+
+class Index(Protocol):
+    """A batch's writer of the index: ``MaxTimestampIndex`` or its native twin (``new_index``)."""
+
+    def add(self, tpid: bytes, entry: bytes) -> None: ...
+
+    def remove(self, tpid: bytes, entry: bytes) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def forget(self, tpid: bytes) -> None: ...
+
+
+def new_index(kv: WriteKV, tails: Tails | None = None) -> Index:
+    """The index's writer over ``kv``: native (rlmm/state/max_timestamp_native.pyx) when the core runs compiled."""
+    native = native_module("rlmm.state.max_timestamp_native")
+    index: Index = MaxTimestampIndex(kv, tails) if native is None else native.MaxTimestampIndex(kv, tails)
+    return index
 
 
 def entry(max_timestamp_ms: int, end_offset: int, segment_id: bytes) -> bytes:

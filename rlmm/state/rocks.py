@@ -506,17 +506,18 @@ class RocksKV:
                         batch.delete(key, handle)
                 else:
                     batch.delete_range(prefix, K.prefix_end(prefix), handle)
+        put, delete = batch.put, batch.delete  # (bound once: a row's call then looks no method up)
         for cf, table in stage.pending.items():
             handle = self.handles[cf]
             # in key order: a memtable's skip list starts each insertion from where the previous one went, so that
             # ascending keys skip most of its search from the top (RocksDB's write: ~2,400 fewer instructions per event
             # on bench_core's uploads stream, ~3,100 on its cluster stream, for a sort of ~900 and ~1,900)
-            for key in sorted(table):
+            for key in sorted(table):  # (sorted as bytes: tuples of items sort at twice the cost)
                 value = table[key]
                 if value is None:
-                    batch.delete(key, handle)
+                    delete(key, handle)
                 else:
-                    batch.put(key, value, handle)
+                    put(key, value, handle)
         return None if batch.is_empty() else batch
 
     def write(self, batch: WriteBatch) -> None:

@@ -27,14 +27,14 @@ from rlmm.state.kv import ReadKV, WriteKV, scan
 from rlmm.state.trees import TreePages
 
 
-def reference(pages: TreePages, tpid: bytes, epoch: int, epoch_start: int, segment: SegmentMetadata) -> None:
-    """A finished segment enters the epoch's offset index at ``epoch_start``."""
-    pages.insert(K.epoch_prefix(tpid, epoch), epoch_start + K.I64_FLIP, segment.max_timestamp_ms, segment.end_offset)
+def reference(pages: TreePages, epoch_prefix: bytes, epoch_start: int, segment: SegmentMetadata) -> None:
+    """A finished segment enters the offset index of the epoch (``K.epoch_prefix``) at ``epoch_start``."""
+    pages.insert(epoch_prefix, epoch_start + K.I64_FLIP, segment.max_timestamp_ms, segment.end_offset)
 
 
-def unreference(pages: TreePages, tpid: bytes, epoch: int, epoch_start: int) -> None:
+def unreference(pages: TreePages, epoch_prefix: bytes, epoch_start: int) -> None:
     """The offset index's entry at ``epoch_start`` goes."""
-    pages.remove(K.epoch_prefix(tpid, epoch), epoch_start + K.I64_FLIP)
+    pages.remove(epoch_prefix, epoch_start + K.I64_FLIP)
 
 
 def add_finished_unreferenced(kv: WriteKV, tpid: bytes, epoch: int, start_offset: int, segment_id: bytes) -> None:

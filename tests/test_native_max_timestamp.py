@@ -1,0 +1,171 @@
+"""The fold's native max-timestamp index (rlmm/state/max_timestamp_native.pyx) against its reference
+(rlmm/state/max_timestamp.py): the same adds and removes, batch after batch over last buckets kept between them (or
+dropped), must give the same writes, put for put, and the rows ``write_index`` writes for the entries held.
+
+CI installs the compiled core, so the native module is required here: a missing one fails, it does not skip.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import zlib
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlmm.compiled import core_build
+from rlmm.state import keys as K
+from rlmm.state import max_timestamp as MT
+from rlmm.state import max_timestamp_native  # type: ignore[attr-defined]
+from rlmm.state.kv import MemoryKV, scan
+
+Write = tuple[str, bytes, bytes | None]
+
+
+class RecordingKV:
+    """The KV calls an index makes, recorded and applied to a ``MemoryKV``."""
+
+    def __init__(self) -> None:
+        self.base = MemoryKV()
+        self.writes: list[Write] = []
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        return self.base.get(cf, key)
+
+    def ceiling(self, cf: str, key: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
+        return self.base.ceiling(cf, key, prefix)
+
+    def put(self, cf: str, key: bytes, value: bytes) -> None:
+        assert cf == K.MAX_TIMESTAMP
+        self.writes.append(("put", key, value))
+        self.base.put(cf, key, value)
+
+    def put_new(self, cf: str, key: bytes, value: bytes) -> None:
+        assert self.base.get(cf, key) is None, f"put_new of a stored key {key.hex()}"
+        self.writes.append(("put_new", key, value))
+        self.base.put(cf, key, value)
+
+    def delete(self, cf: str, key: bytes) -> None:
+        self.writes.append(("delete", key, None))
+        self.base.delete(cf, key)
+
+    def taken(self) -> list[Write]:
+        writes, self.writes = self.writes, []
+        return writes
+
+    def rows(self) -> list[tuple[bytes, bytes]]:
+        return list(scan(self.base, K.MAX_TIMESTAMP, b""))
+
+
+class Side:
+    """One implementation: its KV, its last buckets kept across batches, the batch's index."""
+
+    def __init__(self, new_index: Callable[[RecordingKV, MT.Tails], MT.Index]) -> None:
+        self.new_index = new_index
+        self.kv = RecordingKV()
+        self.tails: MT.Tails = {}
+        self.index = new_index(self.kv, self.tails)
+
+    def next_batch(self) -> None:
+        self.index = self.new_index(self.kv, self.tails)
+
+
+def run(rng: random.Random, steps: int, ids: int) -> int:
+    """Random adds, removes, flushes, forgotten partitions and dropped caches on both sides; returns the writes
+    compared."""
+    reference, native = Side(MT.MaxTimestampIndex), Side(max_timestamp_native.MaxTimestampIndex)
+    segment_ids = [os.urandom(16) for _ in range(ids)]
+    held: dict[bytes, set[bytes]] = {}
+    compared = 0
+
+    def flush() -> None:
+        nonlocal compared
+        for side in (reference, native):
+            side.index.flush()
+        writes = reference.kv.taken()
+        assert native.kv.taken() == writes
+        assert native.kv.rows() == reference.kv.rows()
+        compared += len(writes)
+        for tpid, entries in held.items():
+            expected = MemoryKV()
+            MT.write_index(expected, tpid, sorted(entries))
+            assert list(scan(reference.kv.base, K.MAX_TIMESTAMP, tpid)) == list(scan(expected, K.MAX_TIMESTAMP, tpid))
+        for side in (reference, native):
+            side.next_batch()
+
+    for _ in range(steps):
+        roll = rng.random()
+        tpid = rng.randrange(3).to_bytes(4, "big")
+        entries = held.setdefault(tpid, set())
+        if roll < 0.6 or not entries:
+            if entries and rng.random() < 0.6:  # an upload: after the others
+                top = max(entries)
+                timestamp = int.from_bytes(top[:8], "big") - K.I64_FLIP + rng.randrange(0, 3)
+            else:
+                timestamp = rng.randrange(-5, 50)
+            entry = MT.entry(timestamp, rng.randrange(0, 40), rng.choice(segment_ids))
+            if entry in entries:
+                continue
+            entries.add(entry)
+            for side in (reference, native):
+                side.index.add(tpid, entry)
+        elif roll < 0.9:
+            entry = rng.choice(sorted(entries))
+            entries.discard(entry)
+            for side in (reference, native):
+                side.index.remove(tpid, entry)
+        elif roll < 0.96:
+            flush()
+        elif roll < 0.98:
+            flush()
+            for side in (reference, native):  # as the view does: the partition's rows go, then what is cached
+                for key, _ in list(scan(side.kv.base, K.MAX_TIMESTAMP, tpid)):
+                    side.kv.base.delete(K.MAX_TIMESTAMP, key)
+                side.index.forget(tpid)
+            del held[tpid]
+        else:
+            flush()
+            for side in (reference, native):
+                side.tails.clear()
+    flush()
+    return compared
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("ids", [8, 60, 2_000])
+def test_native_and_reference_indexes_write_the_same_rows(seed: int, ids: int) -> None:
+    assert run(random.Random(seed), 2_500, ids) > 100
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32), st.sampled_from([2, 10, 100]), st.integers(1, 150))
+def test_short_runs_agree(seed: int, ids: int, steps: int) -> None:
+    run(random.Random(seed), steps, ids)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(min_size=32, max_size=32))
+def test_the_bucket_cuts_are_the_references(entry: bytes) -> None:
+    assert max_timestamp_native.is_boundary(entry) == MT.is_boundary(entry)
+    assert MT.is_boundary(entry) == (zlib.crc32(entry[16:]) % MT.BUCKET == 0)
+
+
+def test_entries_of_another_size_are_refused() -> None:
+    index = max_timestamp_native.MaxTimestampIndex(RecordingKV(), {})
+    for entry in (bytes(31), bytes(33), bytearray(32)):
+        with pytest.raises(ValueError, match="32 bytes"):
+            index.add(b"\x00\x00\x00\x01", entry)
+    kv = RecordingKV()
+    kv.base.put(K.MAX_TIMESTAMP, b"\x00\x00\x00\x01" + MT.LAST, bytes(40))  # a damaged bucket
+    with pytest.raises(ValueError, match="not whole entries"):
+        max_timestamp_native.MaxTimestampIndex(kv, {}).add(b"\x00\x00\x00\x01", bytes(32))
+
+
+def test_the_compiled_core_folds_with_the_native_index() -> None:
+    index = MT.new_index(RecordingKV())
+    native = isinstance(index, max_timestamp_native.MaxTimestampIndex)
+    assert native == (core_build() == "compiled")
+    assert max_timestamp_native.layout() == (MT.ENTRY_SIZE, MT.BUCKET, MT.LAST)
