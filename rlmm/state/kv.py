@@ -10,7 +10,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Iterator
-from typing import Final, Protocol
+from typing import Final, Protocol, final
 
 from rlmm.state import keys as K
 from rlmm.state.keys import prefix_end
@@ -134,6 +134,18 @@ class MemoryKV:
 _NOT_STAGED: Final = b"not staged"  # by identity: what a stage's table gives for a key it does not hold
 
 
+@final
+class _Staged:
+    """One column family's pending writes, found with one lookup by its name."""
+
+    __slots__ = ("rows", "fresh", "order")
+
+    def __init__(self) -> None:
+        self.rows: dict[bytes, bytes | None] = {}  # None marks a deletion
+        self.fresh: set[bytes] = set()  # pending puts of keys the base does not hold
+        self.order: list[bytes] | None = None  # the rows' keys in order, from the first ordered read on
+
+
 class StagedKV:
     """Pending writes over a read-only base; reads see base + pending.
 
@@ -144,12 +156,13 @@ class StagedKV:
 
     def __init__(self, base: ReadKV) -> None:
         self.base = base
-        self.pending: dict[str, dict[bytes, bytes | None]] = {}  # None marks a deletion
+        self.pending: dict[str, dict[bytes, bytes | None]] = {}  # each column family's ``_Staged.rows``
         self.deleted_prefixes: dict[str, list[bytes]] = {}
-        self._order: dict[str, list[bytes]] = {}
-        self._fresh: dict[str, set[bytes]] = {}  # pending puts of keys the base does not hold, by column family
+        self._staged: dict[str, _Staged] = {}
 
     def _hidden_in_base(self, cf: str, key: bytes) -> bool:
+        if not self.deleted_prefixes:
+            return False
         prefixes = self.deleted_prefixes.get(cf)
         return prefixes is not None and any(key.startswith(p) for p in prefixes)
 
@@ -164,13 +177,12 @@ class StagedKV:
         return self.base.get(cf, key)
 
     def _sorted(self, cf: str) -> list[bytes] | None:
-        table = self.pending.get(cf)
-        if not table:
+        staged = self._staged.get(cf)
+        if staged is None or not staged.rows:
             return None
-        order = self._order.get(cf)
-        if order is None:
-            order = self._order[cf] = sorted(table)
-        return order
+        if staged.order is None:
+            staged.order = sorted(staged.rows)
+        return staged.order
 
     def _base_visible(self, cf: str, items: Iterator[Item]) -> Iterator[Item]:
         table = self.pending.get(cf)
@@ -234,19 +246,17 @@ class StagedKV:
 
     def _set(self, cf: str, key: bytes, value: bytes | None, new: bool = False) -> None:
         """``new``: the key is absent from the base (``put_new``)."""
-        table = self.pending.get(cf)
-        if table is None:
-            table = self.pending[cf] = {}
-        if key not in table:
+        staged = self._staged.get(cf)
+        if staged is None:
+            staged = self._staged[cf] = _Staged()
+            self.pending[cf] = staged.rows
+        rows = staged.rows
+        if key not in rows:
             if new:  # untouched by this stage and absent: absent from the base
-                fresh = self._fresh.get(cf)
-                if fresh is None:
-                    fresh = self._fresh[cf] = set()
-                fresh.add(key)
-            order = self._order.get(cf)
-            if order is not None:
-                insort(order, key)
-        table[key] = value
+                staged.fresh.add(key)
+            if staged.order is not None:
+                insort(staged.order, key)
+        rows[key] = value
 
     def put(self, cf: str, key: bytes, value: bytes) -> None:
         self._set(cf, key, value)
@@ -255,25 +265,22 @@ class StagedKV:
         self._set(cf, key, value, True)
 
     def delete(self, cf: str, key: bytes) -> None:
-        fresh = self._fresh.get(cf)
-        if fresh is not None and key in fresh:  # never reached the base: forget it instead of writing a tombstone
-            fresh.discard(key)
-            del self.pending[cf][key]
-            order = self._order.get(cf)
-            if order is not None:
-                del order[bisect_left(order, key)]
+        staged = self._staged.get(cf)
+        if staged is not None and key in staged.fresh:  # never reached the base: forgotten, not a tombstone
+            staged.fresh.discard(key)
+            del staged.rows[key]
+            if staged.order is not None:
+                del staged.order[bisect_left(staged.order, key)]
         else:
             self._set(cf, key, None)
 
     def delete_prefix(self, cf: str, prefix: bytes) -> None:
-        table = self.pending.get(cf)
-        if table:
-            fresh = self._fresh.get(cf)
-            for k in [k for k in table if k.startswith(prefix)]:
-                del table[k]
-                if fresh is not None:
-                    fresh.discard(k)
-            self._order.pop(cf, None)
+        staged = self._staged.get(cf)
+        if staged is not None and staged.rows:
+            for k in [k for k in staged.rows if k.startswith(prefix)]:
+                del staged.rows[k]
+                staged.fresh.discard(k)
+            staged.order = None
         self.deleted_prefixes.setdefault(cf, []).append(prefix)
 
 
