@@ -59,6 +59,14 @@ CASES: list[tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]] = [
             st.binary(max_size=40),
         ),
     ),
+    (
+        keys_native.segment_row,
+        rows.reference_segment_row,
+        (
+            st.dictionaries(st.one_of(ints, st.integers(-3, 3)), st.one_of(st.integers(-2, 300), ints), max_size=3),
+            st.binary(max_size=40),
+        ),
+    ),
 ]
 
 
@@ -74,7 +82,9 @@ def check(native: Callable[..., Any], reference: Callable[..., Any], args: tuple
 
 
 @pytest.mark.parametrize(
-    "native, reference, strategies", CASES, ids=["epoch_prefix", "offset_key", "timestamp_entry", "ref_entry"]
+    "native, reference, strategies",
+    CASES,
+    ids=["epoch_prefix", "offset_key", "timestamp_entry", "ref_entry", "segment_row"],
 )
 @FUZZ
 @given(data=st.data())
@@ -144,6 +154,17 @@ def test_an_entrys_row_is_written_natively() -> None:
                 assert rows.RefEntry.unpack(raw).pack() == raw
 
 
+def test_a_segments_row_of_one_membership_is_written_natively() -> None:
+    for epoch in (-I32, -1, 0, 1, I32 - 1):
+        for flags in (1, 2, 3):
+            for value in (b"", b"value", bytes(range(256))):
+                raw = check(keys_native.segment_row, rows.reference_segment_row, ({epoch: flags}, value))
+                assert raw is not None
+                assert rows.pack_segment_row({epoch: flags}, value) == raw
+                assert rows.unpack_memberships(raw) == {epoch: flags} and rows.segment_row_value(raw) == value
+    assert keys_native.segment_row({1: 1, 2: 2}, b"") is None  # two memberships: the reference sorts them
+
+
 def test_an_entrys_epoch_end_is_read_natively() -> None:
     for epoch_end in (-I64, -1, 0, 1, 123_456_789, I64 - 1):
         raw = rows.RefEntry(bytes(range(16)), epoch_end, I64 - 1, True, 7, -I64, b"value").pack()
@@ -198,6 +219,7 @@ def test_the_references_call_the_native_side_with_the_compiled_core() -> None:
     assert (MT._native_entry is keys_native.timestamp_entry) == compiled
     assert (K._native_floor_key is keys_native.floor_key) == compiled
     assert (rows._native_read_int64 is keys_native.read_int64) == compiled
+    assert (rows._native_segment_row is keys_native.segment_row) == compiled
     assert (rows._native_ref_entry is keys_native.ref_entry) == compiled
     assert K.epoch_prefix(b"abcd", 3) == K.reference_epoch_prefix(b"abcd", 3)
     assert K.offset_key(b"abcd", 3, 9) == K.reference_offset_key(b"abcd", 3, 9)

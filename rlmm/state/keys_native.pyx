@@ -2,7 +2,7 @@
 """The fold's most frequent keys built in C: an epoch's prefix, an offset-index key, a lookup's floor key
 (``rlmm/state/keys.py``) and a max-timestamp entry (``rlmm/state/max_timestamp.py``), the references, which call
 these first when the core runs compiled; and an offset-index entry's row, written and read (``rlmm/state/rows.py``'s
-``RefEntry.pack`` and ``ref_epoch_end``). Each answers only a 4-byte tpid, an 8-byte epoch prefix, a 16-byte
+``RefEntry.pack`` and ``ref_epoch_end``) and a segment's row of one membership (``pack_segment_row``). Each answers only a 4-byte tpid, an 8-byte epoch prefix, a 16-byte
 segment id, an ``array('q')``, bytes long enough, bools and ints in their ranges, and returns None for anything else,
 which the reference then packs, reads or refuses. ``tests/test_native_keys.py`` checks that an answer is always the
 reference's.
@@ -10,6 +10,8 @@ reference's.
 
 from cpython.array cimport array
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_Next
+from cpython.object cimport PyObject
 from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
@@ -22,6 +24,7 @@ cdef enum:
     OFFSET_KEY = 16  # the epoch's prefix, offset (sign-flipped)
     TIMESTAMP_ENTRY = 32  # max timestamp and end offset (sign-flipped), segment id
     REF_ENTRY = 45  # segment id, epoch end, end offset, txn index empty, size (int32), start offset; then the value
+    ONE_MEMBERSHIP = 9  # a segment row's count of memberships (1), its epoch (int32) and flags (uint8); then the value
 
 
 cdef inline uint8_t* _put_flipped(uint8_t* q, int64_t v) noexcept nogil:
@@ -94,6 +97,25 @@ def ref_entry(segment_id, epoch_end, end_offset, txn_index_empty, size, start_of
     q[0] = 1 if txn_index_empty else 0
     q = put_u64(put_u32(q + 1, <uint32_t>z), <uint64_t>b)
     memcpy(q, PyBytes_AS_STRING(value), length)
+    return row
+
+
+def segment_row(members, value):
+    """A segment's row whose memberships are one (epoch -> flags)."""
+    cdef int64_t e, f
+    cdef Py_ssize_t position = 0
+    cdef PyObject* epoch
+    cdef PyObject* flags
+    if not (type(members) is dict and len(members) == 1 and type(value) is bytes):
+        return None
+    PyDict_Next(members, &position, &epoch, &flags)
+    if not (exact_int(<object>epoch, INT32_MIN, INT32_MAX, &e) and exact_int(<object>flags, 0, 255, &f)):
+        return None
+    cdef Py_ssize_t length = PyBytes_GET_SIZE(value)
+    row = PyBytes_FromStringAndSize(NULL, ONE_MEMBERSHIP + length)
+    cdef uint8_t* q = put_u32(put_u32(<uint8_t*>PyBytes_AS_STRING(row), 1), <uint32_t>e)
+    q[0] = <uint8_t>f
+    memcpy(q + 1, PyBytes_AS_STRING(value), length)
     return row
 
 

@@ -220,6 +220,9 @@ _INT64: Final = struct.Struct(">q")
 _REF_EPOCH_END_AT: Final = 16  # after the segment id
 _NATIVE: Final = native_module("rlmm.state.keys_native")  # read in C first, when the core runs compiled
 _native_read_int64: Final[Callable[[bytes, int], int | None] | None] = None if _NATIVE is None else _NATIVE.read_int64
+_native_segment_row: Final[Callable[[dict[int, int], bytes], bytes | None] | None] = (
+    None if _NATIVE is None else _NATIVE.segment_row
+)
 _native_ref_entry: Final[Callable[[bytes, int, int, bool, int, int, bytes], bytes | None] | None] = (
     None if _NATIVE is None else _NATIVE.ref_entry
 )
@@ -265,6 +268,14 @@ _ONE_MEMBERSHIP: Final = struct.Struct(">IiB")
 def pack_segment_row(members: dict[int, int], value: bytes) -> bytes:
     """A segment's row: its memberships, (epoch, flags) pairs after their count (flags ``REFERENCED``,
     ``UNREFERENCED``), then its topic value (empty: an id that epochs track without metadata)."""
+    if _native_segment_row is not None:
+        row = _native_segment_row(members, value)
+        if row is not None:
+            return row
+    return reference_segment_row(members, value)
+
+
+def reference_segment_row(members: dict[int, int], value: bytes) -> bytes:
     if len(members) == 1:  # most segments lie in one epoch
         for epoch, flags in members.items():
             return _ONE_MEMBERSHIP.pack(1, epoch, flags) + value
