@@ -14,7 +14,11 @@ The writer keeps each partition's last bucket (``tails``, which its only writer 
 whose entry comes after the others (an upload) finds its bucket without a read. The other buckets' changes are
 written to the KV at once; the last bucket's when the batch is flushed, or before a seek for another bucket, which
 then reads every change of the batch. (Written at each change, the last bucket was joined and staged again at every
-upload: an entry's addition took ~7,500 instructions on bench_core's uploads stream, ~4,000 now.)
+upload: an entry's addition took ~7,500 instructions on bench_core's uploads stream, ~4,000 after.)
+
+This module is the reference. With the compiled core the fold writes through ``rlmm/state/max_timestamp_native.pyx``
+(``new_index`` chooses), which takes the same steps over the same lists of entries in C: an upload's entry costs ~1,300
+instructions there.
 """
 
 from __future__ import annotations
