@@ -281,8 +281,8 @@ class EpochIndex:
     def _referenced_put(
         self, er: EpochRow, tpid: bytes, epoch: int, start: int, entry: RefEntry, segment: SegmentMetadata
     ) -> None:
-        prefix = K.epoch_prefix(tpid, epoch)
         key = K.offset_key(tpid, epoch, start)
+        prefix = key[: K.EPOCH_PREFIX_LEN]
         old = None
         appended_after_txn: bool | None = None  # for an append: whether the entry before it has a txn index
         if er.first_key is None or er.last_key is None:
@@ -346,8 +346,8 @@ class EpochIndex:
         self._membership(er, tpid, epoch, entry.segment_id, REFERENCED, True, entry.size)
 
     def _referenced_remove(self, er: EpochRow, tpid: bytes, epoch: int, start: int, entry: RefEntry) -> None:
-        prefix = K.epoch_prefix(tpid, epoch)
         key = K.offset_key(tpid, epoch, start)
+        prefix = key[: K.EPOCH_PREFIX_LEN]
         prev = None if start == er.first_key else self._neighbour_below(prefix, start)
         nxt = None
         if start == er.last_key:

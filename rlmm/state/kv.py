@@ -251,12 +251,13 @@ class StagedKV:
             staged = self._staged[cf] = _Staged()
             self.pending[cf] = staged.rows
         rows = staged.rows
-        if key not in rows:
+        held = len(rows)
+        rows[key] = value
+        if len(rows) != held:  # a key the stage did not hold (found by the one dict operation)
             if new:  # untouched by this stage and absent: absent from the base
                 staged.fresh.add(key)
             if staged.order is not None:
                 insort(staged.order, key)
-        rows[key] = value
 
     def put(self, cf: str, key: bytes, value: bytes) -> None:
         self._set(cf, key, value)

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Final
 
 from rlmm.errors import DecodeError, ViewDamaged, ViewNotEmpty, ViewNotFound, ViewSchemaMismatch
-from rlmm.records.model import PartitionDelete, RemoteLogMetadata, SegmentMetadata, SegmentUpdate, TopicIdPartition
+from rlmm.records.model import (
+    PartitionDelete,
+    RemoteLogMetadata,
+    SegmentMetadata,
+    SegmentSnapshot,
+    SegmentUpdate,
+    TopicIdPartition,
+)
 from rlmm.runtime import release_free_memory
 from rlmm.state import keys as K
 from rlmm.state.apply_times import ApplyTimes
@@ -105,7 +112,8 @@ class Batch:
     def _apply(
         self, metadata_partition: int, offset: int, value: bytes | None, decoded: RemoteLogMetadata | DecodeError
     ) -> ApplyResult:
-        if not isinstance(decoded, DecodeError):
+        # (by the records' own classes: a test of these compiled classes costs little, of DecodeError much more)
+        if isinstance(decoded, (SegmentMetadata, SegmentUpdate, PartitionDelete, SegmentSnapshot)):
             result = self.machine.handle(decoded, offset)
             if result is APPLIED:
                 self.applied += 1
