@@ -21,43 +21,7 @@ from rlmm.state import keys as K
 from rlmm.state import max_timestamp as MT
 from rlmm.state import max_timestamp_native  # type: ignore[attr-defined]
 from rlmm.state.kv import MemoryKV, scan
-
-Write = tuple[str, bytes, bytes | None]
-
-
-class RecordingKV:
-    """The KV calls an index makes, recorded and applied to a ``MemoryKV``."""
-
-    def __init__(self) -> None:
-        self.base = MemoryKV()
-        self.writes: list[Write] = []
-
-    def get(self, cf: str, key: bytes) -> bytes | None:
-        return self.base.get(cf, key)
-
-    def ceiling(self, cf: str, key: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
-        return self.base.ceiling(cf, key, prefix)
-
-    def put(self, cf: str, key: bytes, value: bytes) -> None:
-        assert cf == K.MAX_TIMESTAMP
-        self.writes.append(("put", key, value))
-        self.base.put(cf, key, value)
-
-    def put_new(self, cf: str, key: bytes, value: bytes) -> None:
-        assert self.base.get(cf, key) is None, f"put_new of a stored key {key.hex()}"
-        self.writes.append(("put_new", key, value))
-        self.base.put(cf, key, value)
-
-    def delete(self, cf: str, key: bytes) -> None:
-        self.writes.append(("delete", key, None))
-        self.base.delete(cf, key)
-
-    def taken(self) -> list[Write]:
-        writes, self.writes = self.writes, []
-        return writes
-
-    def rows(self) -> list[tuple[bytes, bytes]]:
-        return list(scan(self.base, K.MAX_TIMESTAMP, b""))
+from tests.recording_kv import RecordingKV
 
 
 class Side:
@@ -65,7 +29,7 @@ class Side:
 
     def __init__(self, new_index: Callable[[RecordingKV, MT.Tails], MT.Index]) -> None:
         self.new_index = new_index
-        self.kv = RecordingKV()
+        self.kv = RecordingKV(K.MAX_TIMESTAMP)
         self.tails: MT.Tails = {}
         self.index = new_index(self.kv, self.tails)
 
@@ -154,18 +118,18 @@ def test_the_bucket_cuts_are_the_references(entry: bytes) -> None:
 
 
 def test_entries_of_another_size_are_refused() -> None:
-    index = max_timestamp_native.MaxTimestampIndex(RecordingKV(), {})
+    index = max_timestamp_native.MaxTimestampIndex(RecordingKV(K.MAX_TIMESTAMP), {})
     for entry in (bytes(31), bytes(33), bytearray(32)):
         with pytest.raises(ValueError, match="32 bytes"):
             index.add(b"\x00\x00\x00\x01", entry)
-    kv = RecordingKV()
+    kv = RecordingKV(K.MAX_TIMESTAMP)
     kv.base.put(K.MAX_TIMESTAMP, b"\x00\x00\x00\x01" + MT.LAST, bytes(40))  # a damaged bucket
     with pytest.raises(ValueError, match="not whole entries"):
         max_timestamp_native.MaxTimestampIndex(kv, {}).add(b"\x00\x00\x00\x01", bytes(32))
 
 
 def test_the_compiled_core_folds_with_the_native_index() -> None:
-    index = MT.new_index(RecordingKV())
+    index = MT.new_index(RecordingKV(K.MAX_TIMESTAMP))
     native = isinstance(index, max_timestamp_native.MaxTimestampIndex)
     assert native == (core_build() == "compiled")
     assert max_timestamp_native.layout() == (MT.ENTRY_SIZE, MT.BUCKET, MT.LAST)

@@ -15,49 +15,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlmm.state import maxtree, maxtree_native  # type: ignore[attr-defined]
-from rlmm.state.kv import MemoryKV, scan
+from rlmm.state.kv import scan
+from tests.recording_kv import RecordingKV
 
 CF = "trees"
 I64 = 1 << 63
-Write = tuple[str, str, bytes, bytes | None]
-
-
-class RecordingKV:
-    """The KV calls tree pages make, recorded and applied to a ``MemoryKV``."""
-
-    def __init__(self) -> None:
-        self.base = MemoryKV()
-        self.writes: list[Write] = []
-
-    def get(self, cf: str, key: bytes) -> bytes | None:
-        return self.base.get(cf, key)
-
-    def put(self, cf: str, key: bytes, value: bytes) -> None:
-        self.writes.append(("put", cf, key, value))
-        self.base.put(cf, key, value)
-
-    def put_new(self, cf: str, key: bytes, value: bytes) -> None:
-        assert self.base.get(cf, key) is None, f"put_new of a stored key {key.hex()}"
-        self.writes.append(("put_new", cf, key, value))
-        self.base.put(cf, key, value)
-
-    def delete(self, cf: str, key: bytes) -> None:
-        self.writes.append(("delete", cf, key, None))
-        self.base.delete(cf, key)
-
-    def taken(self) -> list[Write]:
-        writes, self.writes = self.writes, []
-        return sorted(writes, key=repr)
-
-    def rows(self) -> dict[bytes, bytes]:
-        return dict(scan(self.base, CF, b""))
 
 
 class Side:
     """One implementation: its KV, its cache kept across batches, the batch's pages."""
 
     def __init__(self, new_cache: Callable[[], object]) -> None:
-        self.kv = RecordingKV()
+        self.kv = RecordingKV(CF)
         self.cache = new_cache()
         self.pages = self.cache.pages_over(self.kv, CF)
 
@@ -89,8 +58,8 @@ def run(rng: random.Random, steps: int, spread: int) -> int:
     def flush() -> None:
         nonlocal compared
         both(lambda side: side.pages.flush())
-        writes = reference.kv.taken()
-        assert native.kv.taken() == writes
+        writes = sorted(reference.kv.taken(), key=repr)
+        assert sorted(native.kv.taken(), key=repr) == writes
         assert native.kv.rows() == reference.kv.rows()
         compared += len(writes)
         for side in (reference, native):
@@ -168,7 +137,7 @@ def test_short_runs_agree(seed: int, spread: int, steps: int) -> None:
 
 
 def test_a_cleared_cache_stops_the_batch_pages_made_before() -> None:
-    kv = RecordingKV()
+    kv = RecordingKV(CF)
     cache = maxtree_native.TreeCache()
     pages = cache.pages_over(kv, CF)
     pages.insert(tree(1, 1), 5, 1, 1)
@@ -184,6 +153,6 @@ def test_a_cleared_cache_stops_the_batch_pages_made_before() -> None:
 
 
 def test_a_tree_prefix_longer_than_the_native_key_is_refused() -> None:
-    pages = maxtree_native.TreeCache().pages_over(RecordingKV(), CF)
+    pages = maxtree_native.TreeCache().pages_over(RecordingKV(CF), CF)
     with pytest.raises(ValueError, match="at most 32 bytes"):
         pages.insert(b"x" * 33, 1, 1, 1)
