@@ -20,7 +20,7 @@ The state machine changes it one transition at a time; a snapshot restore writes
 
 from __future__ import annotations
 
-from typing import Final, final
+from typing import final
 
 from rlmm.records.model import COPY_SEGMENT_FINISHED, SegmentMetadata
 from rlmm.state import keys as K
@@ -29,8 +29,6 @@ from rlmm.state.kv import ReadKV, WriteKV
 from rlmm.state.rows import REFERENCED, UNREFERENCED, EpochRow, RefEntry
 from rlmm.state.segment_rows import SegmentRows
 from rlmm.state.trees import TreeCache, new_tree_cache
-
-_NO_TPID: Final = object()  # the last row's tpid before any row is asked for: no tpid is this object
 
 
 def epoch_end(segment: SegmentMetadata, epoch: int) -> int:
@@ -68,10 +66,6 @@ class EpochIndex:
     written back by ``flush``, memberships likewise through ``segments`` (which its owner flushes), and the
     unreferenced sets' rows with them; the other rows are written as they change."""
 
-    _last_tpid: object
-    _last_epoch: int
-    _last_row: EpochRow
-
     def __init__(
         self,
         kv: WriteKV,
@@ -85,7 +79,7 @@ class EpochIndex:
         self.segments = segments
         self._rows = {} if rows is None else rows  # tpid|epoch -> row
         self._dirty_rows: set[bytes] = set()
-        self._forget_last()
+        self._last: dict[bytes, tuple[int, EpochRow]] = {}  # tpid -> the epoch it last asked for, and its row
         self._tree_pages = (new_tree_cache() if tree_cache is None else tree_cache).pages_over(kv, K.TIMESTAMP_TREES)
 
     def flush(self) -> None:
@@ -106,23 +100,23 @@ class EpochIndex:
         self._forget_last()
 
     def _forget_last(self) -> None:
-        self._last_tpid = _NO_TPID
-        self._last_epoch = 0
-        self._last_row = EpochRow()
+        self._last.clear()
 
     def row(self, tpid: bytes, epoch: int) -> EpochRow:
         """The epoch's row, to be changed (written back by ``flush``; a new epoch gets a row). A record's transition
-        asks for the same row several times: the last row asked for is kept (and marked changed) until ``flush``,
-        and found again when asked with the very same tpid object and epoch."""
-        if tpid is self._last_tpid and epoch == self._last_epoch:
-            return self._last_row
+        asks for the same row several times, and the records of a partition mostly fall in one epoch while those of
+        several partitions interleave: each partition's last row asked for is kept (and marked changed) until
+        ``flush``, and found again by its tpid, whose hash Python keeps, without building the epoch's key."""
+        last = self._last.get(tpid)
+        if last is not None and last[0] == epoch:
+            return last[1]
         key = K.epoch_prefix(tpid, epoch)
         er = self._rows.get(key)
         if er is None:
             raw = self.kv.get(K.EPOCHS, key)
             er = self._rows[key] = EpochRow() if raw is None else EpochRow.unpack(raw)
         self._dirty_rows.add(key)
-        self._last_tpid, self._last_epoch, self._last_row = tpid, epoch, er
+        self._last[tpid] = (epoch, er)
         return er
 
     # ---- RemoteLogLeaderEpochState's handlers: one segment in one of its epochs ----------------------------------

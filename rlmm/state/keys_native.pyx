@@ -1,11 +1,11 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The fold's most frequent keys built in C: an epoch's prefix, an offset-index key, a lookup's floor key
 (``rlmm/state/keys.py``) and a max-timestamp entry (``rlmm/state/max_timestamp.py``), the references, which call
-these first when the core runs compiled; and an offset-index entry's row, written and read (``rlmm/state/rows.py``'s
-``RefEntry.pack`` and ``ref_epoch_end``) and a segment's row of one membership (``pack_segment_row``). Each answers only a 4-byte tpid, an 8-byte epoch prefix, a 16-byte
-segment id, an ``array('q')``, bytes long enough, bools and ints in their ranges, and returns None for anything else,
-which the reference then packs, reads or refuses. ``tests/test_native_keys.py`` checks that an answer is always the
-reference's.
+these first when the core runs compiled; an offset-index entry's row, written and read (``rlmm/state/rows.py``'s
+``RefEntry.pack`` and ``ref_epoch_end``), and a segment's row of one membership (its ``pack_segment_row``). Each
+answers only a 4-byte tpid, an 8-byte epoch prefix, a 16-byte segment id, an ``array('q')``, a dict of one item,
+bytes long enough, bools and ints in their ranges, and returns None for anything else, which the reference then
+packs, reads or refuses. ``tests/test_native_keys.py`` checks that an answer is always the reference's.
 """
 
 from cpython.array cimport array
