@@ -7,7 +7,6 @@ CI installs the compiled core, so the native module is required here: a missing 
 
 from __future__ import annotations
 
-import os
 import random
 import zlib
 from collections.abc import Callable
@@ -41,7 +40,7 @@ def run(rng: random.Random, steps: int, ids: int) -> int:
     """Random adds, removes, flushes, forgotten partitions and dropped caches on both sides; returns the writes
     compared."""
     reference, native = Side(MT.MaxTimestampIndex), Side(max_timestamp_native.MaxTimestampIndex)
-    segment_ids = [os.urandom(16) for _ in range(ids)]
+    segment_ids = [rng.randbytes(16) for _ in range(ids)]
     held: dict[bytes, set[bytes]] = {}
     compared = 0
 
