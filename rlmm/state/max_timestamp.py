@@ -44,6 +44,7 @@ Tails = dict[bytes, list[bytes] | None]
 
 # built in C first (rlmm/state/keys_native.pyx), which leaves what it is not sure of (None) to the reference
 _NATIVE: Final = native_module("rlmm.state.keys_native")
+_NATIVE_INDEX: Final = native_module("rlmm.state.max_timestamp_native")  # the writer, chosen once (``new_index``)
 _native_entry: Final[Callable[[int, int, bytes], bytes | None] | None] = (
     None if _NATIVE is None else _NATIVE.timestamp_entry
 )
@@ -63,8 +64,7 @@ class Index(Protocol):
 
 def new_index(kv: WriteKV, tails: Tails | None = None) -> Index:
     """The index's writer over ``kv``: native (rlmm/state/max_timestamp_native.pyx) when the core runs compiled."""
-    native = native_module("rlmm.state.max_timestamp_native")
-    index: Index = MaxTimestampIndex(kv, tails) if native is None else native.MaxTimestampIndex(kv, tails)
+    index: Index = MaxTimestampIndex(kv, tails) if _NATIVE_INDEX is None else _NATIVE_INDEX.MaxTimestampIndex(kv, tails)
     return index
 
 
