@@ -1,5 +1,5 @@
 """The max-timestamp index's buckets depend on its entries alone: whatever adds and removes brought them there, batch
-by batch, with the writer's cache of last buckets kept or dropped, the rows are those ``write_index`` writes for the
+by batch, with the writer's caches of buckets kept or dropped, the rows are those ``write_index`` writes for the
 entries, and the last bucket ends with the greatest."""
 
 from __future__ import annotations
@@ -45,10 +45,11 @@ def test_the_buckets_are_those_of_the_entries(batches) -> None:
     MT.write_index(base, OTHER, sorted({MT.entry(1, 1, i) for i in IDS[:20]}))
     other_rows = rows(base, OTHER)
     tails: MT.Tails = {}
+    found: MT.Found = {}
     held: set[bytes] = set()
     for changes, drop_cache in batches:
         stage = StagedKV(base)
-        index = MT.MaxTimestampIndex(stage, tails)
+        index = MT.MaxTimestampIndex(stage, tails, found)
         for entry in changes:
             if entry in held:
                 index.remove(TPID, entry)
@@ -60,6 +61,7 @@ def test_the_buckets_are_those_of_the_entries(batches) -> None:
         commit(stage, base)
         if drop_cache:
             tails.clear()
+            found.clear()
         expected = MemoryKV()
         MT.write_index(expected, TPID, sorted(held))
         assert rows(base, TPID) == rows(expected, TPID)

@@ -1,5 +1,5 @@
 """The fold's native max-timestamp index (rlmm/state/max_timestamp_native.pyx) against its reference
-(rlmm/state/max_timestamp.py): the same adds and removes, batch after batch over last buckets kept between them (or
+(rlmm/state/max_timestamp.py): the same adds and removes, batch after batch over buckets kept between them (or
 dropped), must give the same writes, put for put, and the rows ``write_index`` writes for the entries held.
 
 CI installs the compiled core, so the native module is required here: a missing one fails, it does not skip.
@@ -24,16 +24,17 @@ from tests.recording_kv import RecordingKV
 
 
 class Side:
-    """One implementation: its KV, its last buckets kept across batches, the batch's index."""
+    """One implementation: its KV, its buckets kept across batches, the batch's index."""
 
-    def __init__(self, new_index: Callable[[RecordingKV, MT.Tails], MT.Index]) -> None:
+    def __init__(self, new_index: Callable[[RecordingKV, MT.Tails, MT.Found], MT.Index]) -> None:
         self.new_index = new_index
         self.kv = RecordingKV(K.MAX_TIMESTAMP)
         self.tails: MT.Tails = {}
-        self.index = new_index(self.kv, self.tails)
+        self.found: MT.Found = {}
+        self.index = new_index(self.kv, self.tails, self.found)
 
     def next_batch(self) -> None:
-        self.index = self.new_index(self.kv, self.tails)
+        self.index = self.new_index(self.kv, self.tails, self.found)
 
 
 def run(rng: random.Random, steps: int, ids: int) -> int:
@@ -75,8 +76,8 @@ def run(rng: random.Random, steps: int, ids: int) -> int:
             entries.add(entry)
             for side in (reference, native):
                 side.index.add(tpid, entry)
-        elif roll < 0.9:
-            entry = rng.choice(sorted(entries))
+        elif roll < 0.9:  # retention takes the oldest, mostly
+            entry = min(entries) if rng.random() < 0.5 else rng.choice(sorted(entries))
             entries.discard(entry)
             for side in (reference, native):
                 side.index.remove(tpid, entry)
@@ -93,7 +94,9 @@ def run(rng: random.Random, steps: int, ids: int) -> int:
             flush()
             for side in (reference, native):
                 side.tails.clear()
+                side.found.clear()
     flush()
+    assert native.found == reference.found
     return compared
 
 
@@ -114,6 +117,40 @@ def test_short_runs_agree(seed: int, ids: int, steps: int) -> None:
 def test_the_bucket_cuts_are_the_references(entry: bytes) -> None:
     assert max_timestamp_native.is_boundary(entry) == MT.is_boundary(entry)
     assert MT.is_boundary(entry) == (zlib.crc32(entry[16:]) % MT.BUCKET == 0)
+
+
+class SeekCountingKV(RecordingKV):
+    def __init__(self, cf: str) -> None:
+        super().__init__(cf)
+        self.seeks = 0
+
+    def ceiling(self, cf: str, key: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
+        self.seeks += 1
+        return super().ceiling(cf, key, prefix)
+
+
+@pytest.mark.parametrize("index_class", [MT.MaxTimestampIndex, max_timestamp_native.MaxTimestampIndex])
+def test_the_oldest_entries_leave_with_a_seek_per_bucket(index_class) -> None:
+    """Retention: 2,000 segments, deleted oldest first over 20 batches, take one seek per bucket (the first
+    bucket's, found again from its entries), not one per segment; the rows stay those of the entries left."""
+    rng = random.Random(7)
+    tpid = b"\x00\x00\x00\x05"
+    entries = sorted(MT.entry(i * 10, i, rng.randbytes(16)) for i in range(2_000))
+    kv = SeekCountingKV(K.MAX_TIMESTAMP)
+    MT.write_index(kv.base, tpid, entries)
+    buckets = len(kv.rows())
+    tails: MT.Tails = {}
+    found: MT.Found = {}
+    for batch in range(20):
+        index = index_class(kv, tails, found)
+        for entry in entries[batch * 90 : (batch + 1) * 90]:
+            index.remove(tpid, entry)
+        index.flush()
+    expected = MemoryKV()
+    MT.write_index(expected, tpid, entries[1_800:])
+    assert kv.rows() == list(scan(expected, K.MAX_TIMESTAMP, b""))
+    assert 50 < buckets and kv.seeks <= buckets  # one per bucket emptied, at most
+    assert found and next(iter(found.values()))[1][0] == entries[1_800]
 
 
 def test_entries_of_another_size_are_refused() -> None:

@@ -77,13 +77,14 @@ class StateMachine:
         epochs: dict[bytes, EpochRow] | None = None,
         tree_cache: TreeCache | None = None,
         max_timestamp_tails: MT.Tails | None = None,
+        max_timestamp_found: MT.Found | None = None,
     ) -> None:
-        """``rows``, ``epochs``, ``tree_cache`` and ``max_timestamp_tails`` may be caches kept across
-        batches by the only writer of the KV."""
+        """``rows``, ``epochs``, ``tree_cache``, ``max_timestamp_tails`` and ``max_timestamp_found`` may be caches
+        kept across batches by the only writer of the KV."""
         self.kv = kv
         self._segments = SegmentRows(kv)
         self._epochs = EpochIndex(kv, self._segments, epochs, tree_cache)
-        self._max_timestamps = MT.new_index(kv, max_timestamp_tails)
+        self._max_timestamps = MT.new_index(kv, max_timestamp_tails, max_timestamp_found)
         self._rows = {} if rows is None else rows
         self._dirty_rows: set[TopicIdPartition] = set()
         self._consumed: dict[int, int] = {}  # metadata partition -> greatest offset consumed in this batch

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The max-timestamp index's writer in C: ``rlmm/state/max_timestamp.py``'s ``MaxTimestampIndex`` (the reference,
 whose docstring says what the buckets are), taking the same steps over the same Python lists of entries, so that
-the last buckets its owner keeps across batches (``tails``) serve either. What it saves is the interpreter's part of
+the buckets its owner keeps across batches (``tails``, ``found``) serve either. What it saves is the interpreter's part of
 an upload's entry: the calls between its steps, the bucket test (crc32 of the segment id, computed here with
 zlib's polynomial) and the comparisons of entries. ``tests/test_native_max_timestamp.py`` drives both through the
 same random changes and compares every write.
@@ -58,6 +58,11 @@ cdef inline int _compare(bytes a, bytes b):
     return memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), ENTRY_SIZE)
 
 
+cdef inline int _compare_to_key(bytes entry, bytes key, bytes tpid):
+    """The entry's order against the boundary that keys a bucket (``key``: the partition's tpid, then the boundary)."""
+    return memcmp(PyBytes_AS_STRING(entry), PyBytes_AS_STRING(key) + PyBytes_GET_SIZE(tpid), ENTRY_SIZE)
+
+
 cdef inline bytes _checked(object entry):
     if type(entry) is not bytes or PyBytes_GET_SIZE(entry) != ENTRY_SIZE:
         raise ValueError(f"a max-timestamp entry is {ENTRY_SIZE} bytes, not {entry!r}")
@@ -86,11 +91,13 @@ cdef class MaxTimestampIndex:
 
     cdef readonly object kv
     cdef readonly dict tails
+    cdef readonly dict found  # partitions -> the bucket (not the last) a seek found last: (key, entries)
     cdef dict _unwritten_tails  # partitions whose last bucket changed since it was last written -> whether stored
 
-    def __init__(self, kv, tails=None):
+    def __init__(self, kv, tails=None, found=None):
         self.kv = kv
         self.tails = {} if tails is None else tails
+        self.found = {} if found is None else found
         self._unwritten_tails = {}
 
     def flush(self):
@@ -119,6 +126,12 @@ cdef class MaxTimestampIndex:
         first = <bytes>(<list>tail)[0]
         if _compare(entry, first) >= 0 or not _boundary(first):
             return None, tail, True
+        known = self.found.get(tpid)
+        if known is not None:
+            key = (<tuple>known)[0]
+            entries = (<tuple>known)[1]
+            if _compare(<bytes>(<list>entries)[0], entry) <= 0 and _compare_to_key(entry, key, tpid) < 0:
+                return key, list(entries), True
         if tpid in self._unwritten_tails:
             self._write_tail(tpid)
         found = self.kv.ceiling(CF, tpid + entry + b"\x00", tpid)
@@ -128,7 +141,10 @@ cdef class MaxTimestampIndex:
         first = <bytes>entries[0]
         if _compare(first, entry) > 0 and _boundary(first):
             return tpid + first, [], False
-        return (None if PyBytes_GET_SIZE(key) > PyBytes_GET_SIZE(tpid) + ENTRY_SIZE else key), entries, True
+        if PyBytes_GET_SIZE(key) > PyBytes_GET_SIZE(tpid) + ENTRY_SIZE:
+            return None, entries, True
+        self.found[tpid] = (key, list(entries))
+        return key, entries, True
 
     cdef _write(self, bytes tpid, object key, list entries, bint stored):
         if key is None:  # the last bucket: kept, and written by ``flush``
@@ -136,6 +152,12 @@ cdef class MaxTimestampIndex:
             if tpid not in self._unwritten_tails:
                 self._unwritten_tails[tpid] = stored
             return
+        known = self.found.get(tpid)
+        if known is not None and (<tuple>known)[0] == key:
+            if entries:
+                self.found[tpid] = (key, list(entries))
+            else:
+                del self.found[tpid]
         self._store(key, entries, stored)
 
     cdef _store(self, bytes key, list entries, bint stored):
@@ -194,4 +216,5 @@ cdef class MaxTimestampIndex:
     def forget(self, tpid):
         """The partition's rows were deleted."""
         self.tails.pop(tpid, None)
+        self.found.pop(tpid, None)
         self._unwritten_tails.pop(tpid, None)

@@ -36,7 +36,7 @@ from rlmm.state.export import write_view_rows
 from rlmm.state.kv import BATCH_ROWS, CountingStagedKV, ReadKV, RowCounts, StagedKV, scan
 from rlmm.state.lookup_memo import LookupMemo
 from rlmm.state.machine import StateMachine
-from rlmm.state.max_timestamp import Tails
+from rlmm.state.max_timestamp import Found, Tails
 from rlmm.state.offset_cache import OffsetCache
 from rlmm.state.quarantine import QuarantinedRecord
 from rlmm.state.queries import Queries
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION: Final = 3
 EPOCH_CACHE_LIMIT: Final = 100_000
 TREE_CACHE_LIMIT: Final = 4_096  # timestamp-tree pages (up to ~2.5 KB each in memory) and tops
-TAILS_CACHE_LIMIT: Final = 10_000  # partitions' last max-timestamp buckets (~0.5 KB each on average)
+TAILS_CACHE_LIMIT: Final = 10_000  # partitions' last (and last found) max-timestamp buckets (~0.5 KB each on average)
 OFFSET_CACHE_LIMIT: Final = 4_000_000  # what lookups hold in memory, in start offsets (8 bytes): 32 MB
 OFFSET_ENTRY_CACHE_BYTES: Final = 4 << 20  # the offset-index entries single lookups read: ~10,000 segments
 LOOKUP_MEMO_BYTES: Final = 16 << 20  # the segments single lookups found: ~28,000 of ~200 bytes
@@ -189,6 +189,7 @@ class View:
         self._epoch_cache: dict[bytes, EpochRow] = {}
         self._tree_cache = new_tree_cache()  # the timestamp trees' pages and tops, likewise
         self._max_timestamp_tails: Tails = {}
+        self._max_timestamp_found: Found = {}
         self._read_cache = CachedReadKV(self._kv, (K.PARTITIONS, K.EPOCHS), self._kv.changes)
         self._offset_cache = OffsetCache(self._kv, OFFSET_CACHE_LIMIT, OFFSET_ENTRY_CACHE_BYTES)
         self._lookup_memo = LookupMemo(self._offset_cache, LOOKUP_MEMO_BYTES)
@@ -320,6 +321,7 @@ class View:
                     self._epoch_cache,
                     self._tree_cache,
                     self._max_timestamp_tails,
+                    self._max_timestamp_found,
                 ),
                 self.row_counts,
             )
@@ -345,6 +347,8 @@ class View:
                 self._tree_cache.clear()
             if len(self._max_timestamp_tails) > TAILS_CACHE_LIMIT:
                 self._max_timestamp_tails.clear()
+            if len(self._max_timestamp_found) > TAILS_CACHE_LIMIT:
+                self._max_timestamp_found.clear()
 
     def _publish(self, stage: StagedKV) -> None:
         """Write a stage atomically and bring the caches in front of the store up to date with it (the lookup caches
@@ -439,6 +443,7 @@ class View:
         self._epoch_cache.clear()
         self._tree_cache.clear()
         self._max_timestamp_tails.clear()
+        self._max_timestamp_found.clear()
         self._read_cache.clear()
         self._offset_cache.clear()
         self._lookup_memo.clear()
