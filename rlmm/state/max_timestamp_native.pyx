@@ -1,8 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The max-timestamp index's writer in C: ``rlmm/state/max_timestamp.py``'s ``MaxTimestampIndex`` (the reference,
 whose docstring says what the buckets are), taking the same steps over the same Python lists of entries, so that
-the buckets its owner keeps across batches (``tails``, ``found``) serve either. What it saves is the interpreter's part of
-an upload's entry: the calls between its steps, the bucket test (crc32 of the segment id, computed here with
+the buckets its owner keeps across batches (``tails``, ``found``) serve either. What it saves is the interpreter's
+part of an upload's entry: the calls between its steps, the bucket test (crc32 of the segment id, computed here with
 zlib's polynomial) and the comparisons of entries. ``tests/test_native_max_timestamp.py`` drives both through the
 same random changes and compares every write.
 """
