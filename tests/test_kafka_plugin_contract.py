@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from rlmm.records.model import TopicIdPartition
 from rlmm.records.serde import encode_value
@@ -42,11 +43,13 @@ from tests.grpc_support import segment
 from tests.kafka_broker import RawProducer
 from tests.kafka_compat import compat_dir, same_json
 from tests.kafka_plugin_support import (  # noqa: F401 (built_plugin: a fixture)
+    WAIT_S,
     Harness,
     RlmmServe,
     built_plugin,
     new_tp,
     topic_name,
+    wait_until,
 )
 
 SCENARIOS = sorted(p for p in (compat_dir() / "replay-public").iterdir() if p.is_dir())
@@ -321,7 +324,11 @@ def test_replica_not_available_while_the_server_loads(harness: Harness, kafka, t
     is not ready, then answers once the partition is ready."""
     topic = topic_name()
     tp = new_tp("loading")
-    with RlmmServe(tmp_path, kafka.bootstrap_servers, topic, 1) as server:  # creates the topic
+    with RlmmServe(tmp_path, kafka.bootstrap_servers, topic, 1) as server:
+        # its consumer creates the topic (one partition) after the server serves: produced to before, the broker
+        # would create it itself, with its own partition count, which the consumer then refuses
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        assert wait_until(lambda: topic in admin.list_topics(timeout=10).topics, WAIT_S), server.log_tail()
         model_tp = TopicIdPartition(uuid_from_str(tp["topic_id"]), tp["topic"], tp["partition"])
         backlog = [(0, encode_value(segment(model_tp, 10 * i, 10 * i + 9))) for i in range(30_000)]
         RawProducer(kafka.bootstrap_servers, topic).produce(backlog)
