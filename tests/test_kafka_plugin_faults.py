@@ -31,6 +31,7 @@ from tests.kafka_plugin_support import (  # noqa: F401 (built_plugin: a fixture)
 )
 
 STORAGE_EXCEPTION = "org.apache.kafka.server.log.remote.storage.RemoteStorageException"
+REPLICA_NOT_AVAILABLE = "org.apache.kafka.common.errors.ReplicaNotAvailableException"
 CONFIG_EXCEPTION = "org.apache.kafka.common.config.ConfigException"
 MARGIN_MS = 2_500  # what a call may take beyond its deadline (the JVM, the last attempt's cancellation, a loaded box)
 
@@ -62,7 +63,8 @@ def _overlapping(calls: list[list], start_ms: float, end_ms: float) -> list[list
 
 def test_calls_recover_when_rlmm_restarts(harness: Harness, kafka, tmp_path) -> None:
     """SIGTERM, then rlmm started again on the same view and port, while a writer and two readers call: every call
-    succeeds (the plugin retries within call.timeout.ms), and every acknowledged write is visible after."""
+    waits for it (the plugin retries within call.timeout.ms) and succeeds, but for reads that reach it before it has
+    caught up again (ReplicaNotAvailableException), and every acknowledged write is visible after."""
     tps = [new_tp("restart", p) for p in range(3)]
     restarted = tmp_path / "restarted"
     with RlmmServe(tmp_path, kafka.bootstrap_servers, topic_name(), 3) as server:
@@ -78,6 +80,7 @@ def test_calls_recover_when_rlmm_restarts(harness: Harness, kafka, tmp_path) -> 
         down_ms = _now_ms()
         server.terminate()
         time.sleep(0.5)  # down for a while: calls must wait for it, not fail
+        starting_ms = _now_ms()
         server.start()
         up_ms = _now_ms()
         # the loop goes on until a write and a read that started 0.5 s after the restart succeeded
@@ -86,7 +89,13 @@ def test_calls_recover_when_rlmm_restarts(harness: Harness, kafka, tmp_path) -> 
         got = harness.receive(timeout=300)
         harness.call("close", id="restart")
     window = f"rlmm down from {down_ms:.0f} to {up_ms:.0f} (epoch ms)"
-    assert got["read_failure_count"] == 0, f"{window}: {json.dumps(got['read_failures'])}"
+    # A read that reached the restarted server before it had caught up got ReplicaNotAvailableException, as Kafka's
+    # store answers for a partition it has not loaded: a restarted rlmm withdraws readiness until it has caught up
+    # again (docs/architecture.md), and a loaded machine makes that moment long enough to be met. Nothing else may
+    # fail, and nothing before the server was started again: calls wait for it.
+    failures = f"{window}: {got['read_failure_count']} failed, {json.dumps(got['read_failures'])}"
+    assert set(got["read_failure_classes"]) <= {REPLICA_NOT_AVAILABLE}, failures
+    assert all(start + took >= starting_ms for start, took, ok in got["reads"] if not ok), failures
     assert got["write_failures"] == [], f"{window}: {json.dumps(got['write_failures'])}"
     assert got["read_violation_count"] == 0, got["read_violations"]
     assert got["missing_count"] == 0, got["missing"]
@@ -94,7 +103,7 @@ def test_calls_recover_when_rlmm_restarts(harness: Harness, kafka, tmp_path) -> 
     reads, writes = got["reads"], got["writes"]
     during = _overlapping(reads, down_ms + 100, up_ms - 100)
     assert during, f"no read was under way while rlmm was down ({down_ms}..{up_ms}): the test proved nothing"
-    assert all(ok for _, _, ok in during)
+    assert all(ok or start + took >= starting_ms for start, took, ok in during), failures  # (failed: answered after)
     # the writer checks each acknowledged write before the next one, so it may be between writes while rlmm is
     # down (a read always overlaps): writes on both sides of the restart
     assert [w for w in writes if w[0] + w[1] < down_ms] and [w for w in writes if w[0] > up_ms and w[2]], writes

@@ -955,6 +955,13 @@ public final class PluginHarness {
         Map<String, Object> answer = ok("reads", reads);
         answer.put("read_failures", first(readFailures, 20));
         answer.put("read_failure_count", readFailures.size());
+        Map<String, Integer> failureClasses = new TreeMap<>();
+        synchronized (readFailures) {
+            for (Object failure : readFailures) {
+                failureClasses.merge(String.valueOf(((Map<?, ?>) failure).get("class")), 1, Integer::sum);
+            }
+        }
+        answer.put("read_failure_classes", failureClasses);
         answer.put("read_violations", first(readViolations, 20));
         answer.put("read_violation_count", readViolations.size());
         answer.put("writes", writes);
