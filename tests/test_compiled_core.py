@@ -111,10 +111,33 @@ def test_a_source_is_taken_as_compiled_by_its_stamp_or_else_its_digest() -> None
     stat = compiled.source_path(name).stat()
     digest = compiled.source_digest(name)
     stamp = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    assert compiled._unchanged(name, {**stamp, "sha256": "not read when the stamp matches"})
-    assert compiled._unchanged(name, {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns - 1, "sha256": digest})
-    assert not compiled._unchanged(name, {"size": stat.st_size + 1, "mtime_ns": stat.st_mtime_ns, "sha256": "0" * 64})
-    assert not compiled._unchanged(name, digest)  # a record of the format before: stale until reinstalled
+    assert compiled._unchanged(name, {**stamp, "crc32": "not read when the stamp matches"})
+    assert compiled._unchanged(name, {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns - 1, "crc32": digest})
+    assert not compiled._unchanged(name, {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns - 1, "crc32": digest ^ 1})
+    assert not compiled._unchanged(name, {"size": stat.st_size + 1, "mtime_ns": stat.st_mtime_ns, "crc32": digest})
+    assert not compiled._unchanged(name, digest)  # a record of an older format: stale until reinstalled
+    assert not compiled._unchanged(name, {"size": stat.st_size, "mtime_ns": 0, "sha256": "0" * 64})  # likewise
+
+
+def test_a_touched_source_is_checked_without_hashlib(tmp_path: Path) -> None:
+    """A checkout or a stash touches sources without changing them: the compiled core still runs, and the check of
+    their digests loads no hashlib (OpenSSL's libcrypto, ~3.7 MB for the process's life)."""
+    record = {name: dict(stamp) for name, stamp in json.loads(compiled.SOURCES_RECORD.read_text()).items()}
+    for stamp in record.values():
+        stamp["mtime_ns"] -= 1  # each source as if touched since the build
+    touched = tmp_path / "compiled_sources.json"
+    touched.write_text(json.dumps(record))
+    probe = """
+import json, sys
+from pathlib import Path
+from rlmm import compiled
+compiled.SOURCES_RECORD = Path(sys.argv[1])
+print(json.dumps([compiled.stale_modules(), "hashlib" in sys.modules]))
+"""
+    env = {k: v for k, v in os.environ.items() if k != INTERPRETED_ENV}
+    done = subprocess.run([sys.executable, "-c", probe, str(touched)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [[], False]
 
 
 def test_an_edited_native_header_leaves_the_compiled_core_stale(tmp_path: Path, monkeypatch) -> None:
@@ -126,7 +149,7 @@ def test_an_edited_native_header_leaves_the_compiled_core_stale(tmp_path: Path, 
         ), f"no native module cimports {header}"
     assert compiled.stale_modules() == []
     header = compiled.NATIVE_HEADERS[0]
-    record[header] = {**record[header], "size": record[header]["size"] + 1, "sha256": "0" * 64}
+    record[header] = {**record[header], "size": record[header]["size"] + 1}
     edited = tmp_path / "compiled_sources.json"
     edited.write_text(json.dumps(record))
     monkeypatch.setattr(compiled, "SOURCES_RECORD", edited)
