@@ -68,8 +68,8 @@ with tempfile.TemporaryDirectory() as tmp, View(Path(tmp) / "view") as view:
 
 
 def test_folding_and_answering_imports_only_what_they_need() -> None:
-    # the sources' import chain (the compiled modules import the same); interpreted, no source is checked
-    # against its compiled module, which would read its digest with hashlib
+    # the sources' import chain (the compiled modules import the same); a touched source's check imports no
+    # hashlib either (tests/test_compiled_core.py)
     env = {**os.environ, INTERPRETED_ENV: "1"}
     done = subprocess.run(
         [sys.executable, "-c", _FOLD], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True
