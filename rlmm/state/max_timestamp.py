@@ -45,7 +45,8 @@ BUCKET: Final = 16  # entries per bucket, on average
 
 # a partition's tpid -> its last bucket's entries, None while it has none
 Tails = dict[bytes, list[bytes] | None]
-# a partition's tpid -> the bucket (not the last) a seek found last: its key and entries, as the KV holds them
+# a partition's tpid -> the bucket (not the last) a seek found last: its key and entries, which a change takes and
+# writes back as it does the last bucket's
 Found = dict[bytes, tuple[bytes, list[bytes]]]
 
 
@@ -134,7 +135,7 @@ class MaxTimestampIndex:
             return tpid + LAST, tail, True
         known = self.found.get(tpid)
         if known is not None and known[1][0] <= entry < known[0][len(tpid) :]:
-            return known[0], list(known[1]), True
+            return known[0], known[1], True
         if tpid in self._unwritten_tails:  # the seek may reach the last bucket's row
             self._write_tail(tpid)
         found = self.kv.ceiling(K.MAX_TIMESTAMP, tpid + entry + b"\x00", tpid)  # keyed by the next boundary
@@ -143,7 +144,7 @@ class MaxTimestampIndex:
         if entries[0] > entry and is_boundary(entries[0]):  # it comes before every entry, and no bucket does
             return tpid + entries[0], [], False
         if len(key) == len(tpid) + ENTRY_SIZE:  # (the last bucket is in ``tails``)
-            self.found[tpid] = key, list(entries)
+            self.found[tpid] = key, entries
         return key, entries, True
 
     def _write(self, tpid: bytes, key: bytes, entries: list[bytes], stored: bool) -> None:
@@ -155,7 +156,7 @@ class MaxTimestampIndex:
         known = self.found.get(tpid)
         if known is not None and known[0] == key:
             if entries:
-                self.found[tpid] = key, list(entries)
+                self.found[tpid] = key, entries
             else:
                 del self.found[tpid]
         self._store(key, entries, stored)

@@ -131,7 +131,7 @@ cdef class MaxTimestampIndex:
             key = (<tuple>known)[0]
             entries = (<tuple>known)[1]
             if _compare(<bytes>(<list>entries)[0], entry) <= 0 and _compare_to_key(entry, key, tpid) < 0:
-                return key, list(entries), True
+                return key, entries, True
         if tpid in self._unwritten_tails:
             self._write_tail(tpid)
         found = self.kv.ceiling(CF, tpid + entry + b"\x00", tpid)
@@ -143,7 +143,7 @@ cdef class MaxTimestampIndex:
             return tpid + first, [], False
         if PyBytes_GET_SIZE(key) > PyBytes_GET_SIZE(tpid) + ENTRY_SIZE:
             return None, entries, True
-        self.found[tpid] = (key, list(entries))
+        self.found[tpid] = (key, entries)
         return key, entries, True
 
     cdef _write(self, bytes tpid, object key, list entries, bint stored):
@@ -155,7 +155,7 @@ cdef class MaxTimestampIndex:
         known = self.found.get(tpid)
         if known is not None and (<tuple>known)[0] == key:
             if entries:
-                self.found[tpid] = (key, list(entries))
+                self.found[tpid] = (key, entries)
             else:
                 del self.found[tpid]
         self._store(key, entries, stored)
